@@ -1,0 +1,281 @@
+"""The backbone: every option builds, trains, and matches an independent computation."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vit_lightning import ViT, load_timm_weights
+from vit_lightning.model import INJECTIONS_ALLOWED, POOLINGS, POS_ENCODINGS
+from vit_lightning.model.position import sincos_2d_table
+
+MICRO = dict(img_size=28, in_chans=1, num_classes=10, patch_size=4)
+CELLS = [(enc, inj) for enc in POS_ENCODINGS for inj in INJECTIONS_ALLOWED[enc]]
+
+
+def micro(**options) -> ViT:
+    return ViT("micro", **{**MICRO, **options})
+
+
+@pytest.mark.parametrize("stem", ["patch", "hybrid"])
+@pytest.mark.parametrize("pooling", list(POOLINGS))
+@pytest.mark.parametrize("encoding,injection", CELLS)
+def test_every_combination_trains(encoding, injection, pooling, stem):
+    torch.manual_seed(0)
+    hybrid = dict(hybrid_layers=(1,), hybrid_width=32) if stem == "hybrid" else {}
+    model = micro(pos_encoding=encoding, pos_injection=injection, pooling=pooling, stem=stem, **hybrid)
+    torch.nn.init.normal_(model.head.weight, std=0.1)  # the zero-initialised head would block all gradients
+    logits = model(torch.randn(3, 1, 28, 28))
+    assert logits.shape == (3, 10)
+    logits.logsumexp(-1).sum().backward()
+    # With [class] pooling the last block's patch outputs are discarded, so its patch-to-patch
+    # relative table cannot matter; every other parameter must learn.
+    dead = {"pos.parts.3.table"} if model.pos.relative and pooling == "cls" else set()
+    for name, p in model.named_parameters():
+        if name in dead:
+            continue
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().sum() > 0, f"{name} gets no gradient"
+
+
+def shuffle_patches(images: torch.Tensor, patch: int, perm: torch.Tensor) -> torch.Tensor:
+    """Rearrange the non-overlapping patches of (B, C, H, W) images in raster order by `perm`."""
+    b, c, h, w = images.shape
+    gh, gw = h // patch, w // patch
+    tiles = images.reshape(b, c, gh, patch, gw, patch).permute(0, 2, 4, 1, 3, 5).reshape(b, gh * gw, c, patch, patch)
+    tiles = tiles[:, perm].reshape(b, gh, gw, c, patch, patch)
+    return tiles.permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
+
+
+@pytest.mark.parametrize("encoding,injection", CELLS)
+def test_only_none_is_blind_to_patch_order(encoding, injection):
+    torch.manual_seed(0)
+    model = micro(pos_encoding=encoding, pos_injection=injection, pooling="cls").double().eval()
+    x = torch.randn(2, 1, 28, 28, dtype=torch.float64)
+    x_shuffled = shuffle_patches(x, 4, torch.randperm(49))
+    same = torch.allclose(model.forward_features(x), model.forward_features(x_shuffled), rtol=0, atol=1e-12)
+    assert same == (encoding == "none")
+
+
+def test_learned_2d_concatenates_column_and_row_halves():
+    model = micro(pos_encoding="learned_2d", pooling="cls")
+    enc = model.pos.parts[0]
+    table = enc.embedding()  # (1 + 49, D)
+    assert torch.equal(table[0], torch.zeros(64))  # the class token gets no position
+    for r in range(7):
+        for c in range(7):
+            assert torch.equal(table[1 + r * 7 + c], torch.cat([enc.x_table[c], enc.y_table[r]]))
+
+
+def naive_attention(x, attn, bias_of) -> torch.Tensor:
+    """Attention written out pair by pair; `bias_of(b, h, i, j, q_i)` is the additive logit."""
+    b, t, d = x.shape
+    heads = attn.heads
+    hd = d // heads
+    qkv = attn.qkv(x).view(b, t, 3, heads, hd)
+    out = torch.zeros(b, t, heads, hd, dtype=x.dtype)
+    for bi in range(b):
+        for h in range(heads):
+            for i in range(t):
+                q = qkv[bi, i, 0, h]
+                logits = torch.stack([q @ qkv[bi, j, 1, h] / math.sqrt(hd) + bias_of(bi, h, i, j, q) for j in range(t)])
+                probs = logits.softmax(0)
+                out[bi, i, h] = sum(probs[j] * qkv[bi, j, 2, h] for j in range(t))
+    return attn.proj(out.reshape(b, t, d))
+
+
+@pytest.mark.parametrize("pooling", ["cls", "gap"])
+def test_relative_1d_equals_naive_attention(pooling):
+    torch.manual_seed(0)
+    model = ViT("micro", img_size=12, in_chans=1, patch_size=4, pos_encoding="relative_1d", pooling=pooling).double()
+    rel, attn = model.pos.parts[0], model.blocks[0].attn
+    p, n = rel.num_prefix, 9
+
+    def bias(b, h, i, j, q):
+        if i < p or j < p:  # prefix pairs: own embeddings for prefix->patch, patch->prefix, prefix->prefix
+            key = rel.prefix_table[0 if j >= p else 1 if i >= p else 2]
+        else:
+            key = rel.table[(i - p) - (j - p) + n - 1]
+        return q @ key / math.sqrt(q.shape[0])
+
+    x = torch.randn(2, p + n, 64, dtype=torch.float64)
+    torch.testing.assert_close(attn(x, rel), naive_attention(x, attn, bias))
+
+
+@pytest.mark.parametrize("pooling", ["cls", "gap"])
+def test_relative_bias_2d_equals_naive_attention(pooling):
+    torch.manual_seed(0)
+    model = ViT("micro", img_size=(8, 12), in_chans=1, patch_size=4, pos_encoding="relative_bias_2d", pooling=pooling).double()
+    rel, attn = model.pos.parts[0], model.blocks[0].attn
+    p, (gh, gw) = rel.num_prefix, rel.grid
+    assert rel.table.shape == (4, 2 * gh - 1, 2 * gw - 1)  # (2H-1)(2W-1) entries per head
+
+    def bias(b, h, i, j, q):
+        if i < p or j < p:
+            return rel.prefix_table[h, 0 if j >= p else 1 if i >= p else 2]
+        (ri, ci), (rj, cj) = divmod(i - p, gw), divmod(j - p, gw)
+        return rel.table[h, ri - rj + gh - 1, ci - cj + gw - 1]
+
+    x = torch.randn(2, p + gh * gw, 64, dtype=torch.float64)
+    torch.testing.assert_close(attn(x, rel), naive_attention(x, attn, bias))
+
+
+def test_attention_maps_give_the_same_numbers():
+    torch.manual_seed(0)
+    model = micro(pos_encoding="relative_1d", pooling="cls").eval()
+    torch.nn.init.normal_(model.head.weight, std=0.1)
+    x = torch.randn(2, 1, 28, 28)
+    fused = model(x)
+    maps = model.attention_maps(x)
+    assert len(maps) == 4 and maps[0].shape == (2, 4, 50, 50)
+    torch.testing.assert_close(maps[2].sum(-1), torch.ones(2, 4, 50))
+    with model._keeping_attention():
+        explicit = model(x)
+    torch.testing.assert_close(fused, explicit, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "timm_name,variant,patch",
+    [("vit_base_patch16_224", "B", 16), ("vit_large_patch16_224", "L", 16), ("vit_huge_patch14_224", "H", 14)],
+)
+def test_parameter_count_equals_timm(timm_name, variant, patch):
+    timm = pytest.importorskip("timm")
+    with torch.device("meta"):
+        reference = timm.create_model(timm_name, pretrained=False, num_classes=1000)
+        ours = ViT(variant, img_size=224, num_classes=1000, patch_size=patch)
+    assert ours.num_params() == sum(p.numel() for p in reference.parameters())
+
+
+@pytest.mark.parametrize("encoding", ["learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d"])
+def test_resample_to_the_same_grid_is_identity(encoding):
+    model = micro(pos_encoding=encoding)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(1, 1, 28, 28)
+    out = model(x)
+    model.resize(28)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    torch.testing.assert_close(model(x), out)
+
+
+def test_resample_learned_1d_interpolates_the_grid_and_keeps_the_class_token():
+    model = micro(pos_encoding="learned_1d", pooling="cls")
+    table = model.pos.parts[0].table.detach().clone()  # (1 + 49, D)
+    model.resize(44)  # 11 x 11 patches
+    new = model.pos.parts[0].table
+    assert new.shape == (1 + 121, 64)
+    assert torch.equal(new[0], table[0])
+    image = table[1:].T.reshape(1, 64, 7, 7)
+    expected = F.interpolate(image, size=(11, 11), mode="bicubic", align_corners=False)[0].flatten(1).T
+    torch.testing.assert_close(new[1:], expected)
+    # smooth: neighbouring cells of the new table are no further apart than the old table's steps allow
+    old_step = (image[0, :, 1:] - image[0, :, :-1]).abs().max()
+    new_image = new[1:].T.reshape(64, 11, 11)
+    assert (new_image[:, 1:] - new_image[:, :-1]).abs().max() <= 1.5 * old_step
+    assert model(torch.randn(2, 1, 44, 44)).shape == (2, 10)
+
+
+def test_resample_other_encodings_to_a_larger_grid():
+    m2d = micro(pos_encoding="learned_2d")
+    x_old = m2d.pos.parts[0].x_table.detach().clone()
+    m2d.resize((28, 40))  # 7 x 10 patches
+    expected = F.interpolate(x_old.T[None], size=10, mode="linear", align_corners=False)[0].T
+    torch.testing.assert_close(m2d.pos.parts[0].x_table, expected)
+    assert m2d.pos.parts[0].y_table.shape == (7, 32)
+
+    msc = micro(pos_encoding="sincos_2d", pooling="gap")
+    msc.resize(40)
+    torch.testing.assert_close(msc.pos.parts[0].table, sincos_2d_table((10, 10), 64))
+
+    mrb = micro(pos_encoding="relative_bias_2d")
+    old = mrb.pos.parts[1].table.detach().clone()
+    mrb.resize(40)
+    expected = F.interpolate(old[None], size=(19, 19), mode="bicubic", align_corners=False)[0]
+    torch.testing.assert_close(mrb.pos.parts[1].table, expected)
+
+    mr1 = micro(pos_encoding="relative_1d")
+    mr1.resize(40)
+    assert mr1.pos.parts[0].table.shape == (2 * 100 - 1, 16)
+    for model in (m2d, msc, mrb, mr1):
+        h, w = model.config.img_hw
+        assert model(torch.randn(1, 1, h, w)).shape == (1, 10)
+
+
+def _randomise(module):
+    torch.manual_seed(1)
+    for p in module.parameters():
+        p.data.normal_(0, 0.1)
+    return module.eval()
+
+
+@pytest.mark.parametrize("pooling", ["cls", "gap"])
+def test_timm_weights_give_equal_logits(pooling):
+    timm = pytest.importorskip("timm")
+    extra = dict(class_token=False, global_pool="avg") if pooling == "gap" else {}
+    reference = _randomise(timm.models.vision_transformer.VisionTransformer(
+        img_size=32, patch_size=8, num_classes=7, embed_dim=64, depth=2, num_heads=4, **extra))
+    ours = ViT(img_size=32, patch_size=8, num_classes=7, width=64, depth=2, heads=4, mlp_dim=256, pooling=pooling).eval()
+    load_timm_weights(ours, reference.state_dict())
+    x = torch.randn(3, 3, 32, 32)
+    torch.testing.assert_close(ours(x), reference(x), rtol=1e-5, atol=1e-5)
+
+
+def test_timm_hybrid_weights_give_equal_logits():
+    timm = pytest.importorskip("timm")
+    from timm.layers import StdConv2dSame
+    from timm.models.resnetv2 import ResNetV2
+    from timm.models.vision_transformer_hybrid import HybridEmbed
+
+    backbone = ResNetV2(layers=(1, 1), channels=(128, 256), stem_chs=32, num_classes=0, global_pool="",
+                        preact=False, stem_type="same", conv_layer=partial(StdConv2dSame, eps=1e-8))
+    reference = _randomise(timm.models.vision_transformer.VisionTransformer(
+        img_size=28, patch_size=1, num_classes=7, embed_dim=64, depth=2, num_heads=4,
+        embed_layer=partial(HybridEmbed, backbone=backbone)))
+    ours = ViT(img_size=28, num_classes=7, width=64, depth=2, heads=4, mlp_dim=256,
+               stem="hybrid", hybrid_layers=(1, 1), hybrid_width=32).eval()
+    load_timm_weights(ours, reference.state_dict())
+    x = torch.randn(2, 3, 28, 28)
+    torch.testing.assert_close(ours(x), reference(x), rtol=1e-5, atol=1e-5)
+
+
+def test_timm_weights_refuse_a_mismatched_model():
+    timm = pytest.importorskip("timm")
+    reference = timm.models.vision_transformer.VisionTransformer(img_size=32, patch_size=8, num_classes=7, embed_dim=64, depth=2, num_heads=4)
+    with pytest.raises(ValueError, match="pooling"):
+        load_timm_weights(ViT(img_size=32, patch_size=8, num_classes=7, width=64, depth=2, heads=4, pooling="gap"), reference.state_dict())
+    with pytest.raises(ValueError, match="do not fit"):
+        load_timm_weights(ViT(img_size=32, patch_size=8, num_classes=7, width=64, depth=3, heads=4), reference.state_dict())
+
+
+@pytest.mark.parametrize(
+    "options,expected",
+    [
+        (dict(img_size=30), "not divisible by patch_size=4; valid patch sizes: [1, 2, 3, 5, 6, 10, 15, 30]"),
+        (dict(heads=5), "heads=5 does not divide width=64"),
+        (dict(pos_encoding="rope"), "unknown pos_encoding='rope'; choose from: none, learned_1d, learned_2d, sincos_2d"),
+        (dict(pooling="max"), "choose from: cls, gap, map"),
+        (dict(stem="conv"), "choose from: patch, hybrid"),
+        (dict(variant="XL"), "choose from: micro, Ti, S, B, L, H"),
+        (dict(pos_encoding="relative_1d", pos_injection="every_layer"), "allowed: stem"),
+        (dict(pos_encoding="sincos_2d", pos_injection="every_layer"), "allowed: stem, every_layer_shared"),
+        (dict(stem="hybrid", hybrid_width=48), "hybrid_width a multiple of 32"),
+    ],
+)
+def test_bad_options_raise_one_line(options, expected):
+    with pytest.raises(ValueError) as error:
+        ViT(**{**dict(variant="micro"), **MICRO, **options})
+    assert expected in str(error.value) and "\n" not in str(error.value)
+
+
+def test_wrong_input_size_says_to_resize():
+    with pytest.raises(ValueError, match=r"call model.resize"):
+        micro()(torch.randn(1, 1, 32, 32))
+
+
+def test_config_is_plain_values():
+    cfg = micro(stem="hybrid", hybrid_layers=(1, 2)).config.to_dict()
+    assert cfg["hybrid_layers"] == [1, 2] and cfg["depth"] == 4 and cfg["width"] == 64
+    assert all(isinstance(v, (int, float, str, list)) for v in cfg.values())

@@ -1,0 +1,39 @@
+"""The `vit-ablate` command: one entry point, one module per subcommand."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> ("module:function", one-line help); the function takes argv and returns an exit code
+COMMANDS = {
+    "fit": ("vit_lightning.train:main", "train one run (LightningCLI: --model.*, --data.*, --trainer.*)"),
+    "sweep": ("vit_lightning.sweep.cli:main", "run an ablation's sweep locally or on W&B agents"),
+    "sweeps": ("vit_lightning.sweep.cli:write_main", "regenerate sweeps/*.yaml from ablations/"),
+    "table": ("vit_lightning.results.cli:main", "regenerate an ablation's tables and plots from run records"),
+    "bench": ("vit_lightning.bench:main", "throughput of our backbone vs timm on the same config"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: vit-ablate COMMAND [options]", "", "commands:"]
+    lines += [f"  {name:<7} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "`vit-ablate COMMAND --help` shows a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"vit-ablate: unknown command {command!r}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module_name, function = COMMANDS[command][0].split(":")
+    return int(getattr(importlib.import_module(module_name), function)(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

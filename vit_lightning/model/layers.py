@@ -1,0 +1,63 @@
+"""The pre-LN Transformer encoder block of the paper: z + MSA(LN(z)), then z + MLP(LN(z))."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention through scaled_dot_product_attention, with an optional logits bias.
+
+    Set `keep_probs = True` to compute the softmax explicitly and keep it in `probs` for analysis;
+    the outputs are the same numbers as the fused path.
+    """
+
+    def __init__(self, dim: int, heads: int, attn_dropout: float = 0.0, dropout: float = 0.0):
+        super().__init__()
+        self.heads, self.attn_dropout = heads, attn_dropout
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(dropout)
+        self.keep_probs, self.probs = False, None
+
+    def forward(self, x: torch.Tensor, relative: nn.Module | None = None) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)  # (B, h, T, hd)
+        bias = relative(q) if relative is not None else None  # (B|1, h, T, T) or None
+        if self.keep_probs:
+            logits = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+            self.probs = (logits if bias is None else logits + bias).softmax(dim=-1)
+            out = self.probs @ v
+        else:
+            p = self.attn_dropout if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b, t, d)))
+
+
+class Mlp(nn.Module):
+    """Two dense layers with a GELU between them."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float = 0.0):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.fc2(self.drop(F.gelu(self.fc1(x)))))
+
+
+class Block(nn.Module):
+    """One encoder layer (eq. 2-3 of the paper)."""
+
+    def __init__(self, dim: int, heads: int, mlp_dim: int, dropout: float = 0.0, attn_dropout: float = 0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, heads, attn_dropout, dropout)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, mlp_dim, dropout)
+
+    def forward(self, x: torch.Tensor, relative: nn.Module | None = None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), relative)
+        return x + self.mlp(self.norm2(x))

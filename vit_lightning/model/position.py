@@ -1,0 +1,257 @@
+"""Position encodings: absolute tables added to tokens, relative ones added to attention logits.
+
+Every encoding is built as `Encoding(dim, heads, grid, num_prefix)`, knows the (H, W) patch grid it
+was built for, and resamples itself to another grid. Prefix tokens (the [class] token) sit before
+the patch tokens; only `learned_1d` gives them a position, as the paper's E_pos in R^{(N+1) x D}.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _interp_1d(table: torch.Tensor, size: int) -> torch.Tensor:
+    """Linearly resample a (L, C) table to (size, C)."""
+    if table.shape[0] == size:
+        return table
+    return F.interpolate(table.T[None], size=size, mode="linear", align_corners=False)[0].T
+
+
+def _interp_2d(table: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Bicubically resample a (C, H, W) table to (C, *size)."""
+    if tuple(table.shape[-2:]) == tuple(size):
+        return table
+    return F.interpolate(table[None], size=size, mode="bicubic", align_corners=False)[0]
+
+
+class NoEncoding(nn.Module):
+    """No position information at all: the encoder sees a bag of patches."""
+
+    relative = False
+
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
+        super().__init__()
+        self.grid = tuple(grid)
+
+    def embedding(self) -> torch.Tensor | None:
+        return None
+
+    def resample(self, grid: tuple[int, int]) -> None:
+        self.grid = tuple(grid)
+
+
+class Learned1d(nn.Module):
+    """The paper's default: one learned vector per token in raster order (class token included)."""
+
+    relative = False
+
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
+        super().__init__()
+        self.grid, self.num_prefix = tuple(grid), num_prefix
+        self.table = nn.Parameter(torch.randn(num_prefix + grid[0] * grid[1], dim) * 0.02)  # (P+N, D)
+
+    def embedding(self) -> torch.Tensor:
+        return self.table
+
+    @torch.no_grad()
+    def resample(self, grid: tuple[int, int]) -> None:
+        """Keep the prefix rows; interpolate the patch rows as a 2-D image."""
+        prefix, patches = self.table[: self.num_prefix], self.table[self.num_prefix :]
+        image = patches.T.reshape(-1, *self.grid)  # (D, H, W)
+        patches = _interp_2d(image, grid).flatten(1).T
+        self.table = nn.Parameter(torch.cat([prefix, patches]))
+        self.grid = tuple(grid)
+
+
+class Learned2d(nn.Module):
+    """The paper's 2-D encoding: an X table and a Y table of width D/2, concatenated per patch."""
+
+    relative = False
+
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
+        super().__init__()
+        if dim % 2:
+            raise ValueError(f"pos_encoding='learned_2d' needs an even width, got width={dim}")
+        self.grid, self.num_prefix = tuple(grid), num_prefix
+        self.x_table = nn.Parameter(torch.randn(grid[1], dim // 2) * 0.02)  # (W, D/2)
+        self.y_table = nn.Parameter(torch.randn(grid[0], dim // 2) * 0.02)  # (H, D/2)
+
+    def embedding(self) -> torch.Tensor:
+        h, w = self.grid
+        x = self.x_table[None, :, :].expand(h, w, -1)  # column c -> X[c]
+        y = self.y_table[:, None, :].expand(h, w, -1)  # row r -> Y[r]
+        patches = torch.cat([x, y], dim=-1).reshape(h * w, -1)  # (N, D)
+        return F.pad(patches, (0, 0, self.num_prefix, 0))  # prefix tokens get no position
+
+    @torch.no_grad()
+    def resample(self, grid: tuple[int, int]) -> None:
+        self.x_table = nn.Parameter(_interp_1d(self.x_table, grid[1]))
+        self.y_table = nn.Parameter(_interp_1d(self.y_table, grid[0]))
+        self.grid = tuple(grid)
+
+
+def sincos_2d_table(grid: tuple[int, int], dim: int, temperature: float = 10_000.0) -> torch.Tensor:
+    """Fixed 2-D sine-cosine table (N, D): a quarter of the channels each for sin/cos of x and y."""
+    quarter = dim // 4
+    omega = temperature ** (-torch.arange(quarter, dtype=torch.float64) / quarter)
+    y, x = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    x = x.flatten()[:, None] * omega[None]  # (N, D/4)
+    y = y.flatten()[:, None] * omega[None]
+    return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1).float()
+
+
+class SinCos2d(nn.Module):
+    """Fixed 2-D sin-cos encoding, as in "Better plain ViT baselines" (no parameters)."""
+
+    relative = False
+
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
+        super().__init__()
+        if dim % 4:
+            raise ValueError(f"pos_encoding='sincos_2d' needs a width divisible by 4, got width={dim}")
+        self.dim, self.num_prefix = dim, num_prefix
+        self.resample(grid)
+
+    def embedding(self) -> torch.Tensor:
+        return self.table
+
+    def resample(self, grid: tuple[int, int]) -> None:
+        self.grid = tuple(grid)
+        table = F.pad(sincos_2d_table(self.grid, self.dim), (0, 0, self.num_prefix, 0))
+        self.register_buffer("table", table, persistent=False)  # recomputed, never saved
+
+
+def _offset_index(offsets: torch.Tensor, num_offsets: int, num_prefix: int) -> torch.Tensor:
+    """Extend an (N, N) patch-offset index to (T, T): prefix pairs get three extra entries of their own
+    (prefix query -> patch, patch query -> prefix, prefix -> prefix), as BEiT does for its [class] token."""
+    if not num_prefix:
+        return offsets
+    n, t = offsets.shape[0], offsets.shape[0] + num_prefix
+    index = torch.full((t, t), num_offsets + 2, dtype=offsets.dtype)
+    index[:num_prefix, num_prefix:] = num_offsets
+    index[num_prefix:, :num_prefix] = num_offsets + 1
+    index[num_prefix:, num_prefix:] = offsets
+    return index
+
+
+class Relative1d(nn.Module):
+    """The paper's relative encoding: an embedding per 1-D offset between query and key patches.
+
+    The offset embeddings act as keys for the content query; their logits are added to the content
+    logits before the softmax (scaled like them, as in Shaw et al.). Heads share the embeddings.
+    """
+
+    relative = True
+
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
+        super().__init__()
+        self.num_prefix = num_prefix
+        self.table = nn.Parameter(torch.randn(2 * grid[0] * grid[1] - 1, dim // heads) * 0.02)  # (2N-1, hd)
+        self.prefix_table = nn.Parameter(torch.randn(3, dim // heads) * 0.02) if num_prefix else None
+        self._set_grid(grid)
+
+    def _set_grid(self, grid: tuple[int, int]) -> None:
+        self.grid = tuple(grid)
+        n = grid[0] * grid[1]
+        pos = torch.arange(n)
+        offsets = pos[:, None] - pos[None, :] + n - 1  # (N, N): row i, column j -> offset i - j
+        self.register_buffer("index", _offset_index(offsets, 2 * n - 1, self.num_prefix), persistent=False)
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        """(B, h, T, hd) queries -> (B, h, T, T) additive logits."""
+        keys = self.table if self.prefix_table is None else torch.cat([self.table, self.prefix_table])
+        logits = (q * q.shape[-1] ** -0.5) @ keys.to(q.dtype).T  # (B, h, T, offsets): every query vs every offset
+        return logits.gather(-1, self.index.expand(*logits.shape[:2], -1, -1))  # [i, j] = q_i . r_{i-j}
+
+    @torch.no_grad()
+    def resample(self, grid: tuple[int, int]) -> None:
+        self.table = nn.Parameter(_interp_1d(self.table, 2 * grid[0] * grid[1] - 1))
+        self._set_grid(grid)
+
+
+class RelativeBias2d(nn.Module):
+    """Swin's relative position bias: a learned scalar per head for each 2-D offset."""
+
+    relative = True
+
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
+        super().__init__()
+        self.num_prefix = num_prefix
+        self.table = nn.Parameter(torch.randn(heads, 2 * grid[0] - 1, 2 * grid[1] - 1) * 0.02)
+        self.prefix_table = nn.Parameter(torch.randn(heads, 3) * 0.02) if num_prefix else None
+        self._set_grid(grid)
+
+    def _set_grid(self, grid: tuple[int, int]) -> None:
+        self.grid = tuple(grid)
+        rows, cols = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+        rows, cols = rows.flatten(), cols.flatten()
+        dr = rows[:, None] - rows[None, :] + grid[0] - 1
+        dc = cols[:, None] - cols[None, :] + grid[1] - 1
+        offsets = dr * (2 * grid[1] - 1) + dc  # (N, N) into the flattened (2H-1)(2W-1) table
+        num_offsets = (2 * grid[0] - 1) * (2 * grid[1] - 1)
+        self.register_buffer("index", _offset_index(offsets, num_offsets, self.num_prefix), persistent=False)
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        """(B, h, T, hd) queries (unused) -> (1, h, T, T) additive logits."""
+        table = self.table.flatten(1)
+        if self.prefix_table is not None:
+            table = torch.cat([table, self.prefix_table], dim=1)
+        return table[:, self.index][None].to(q.dtype)  # (1, h, T, T)
+
+    @torch.no_grad()
+    def resample(self, grid: tuple[int, int]) -> None:
+        self.table = nn.Parameter(_interp_2d(self.table, (2 * grid[0] - 1, 2 * grid[1] - 1)))
+        self._set_grid(grid)
+
+
+ENCODINGS: dict[str, type[nn.Module]] = {
+    "none": NoEncoding,
+    "learned_1d": Learned1d,
+    "learned_2d": Learned2d,
+    "sincos_2d": SinCos2d,
+    "relative_1d": Relative1d,
+    "relative_bias_2d": RelativeBias2d,
+}
+
+# Where each encoding may be injected (the paper's Table 8 grid, plus ours).
+INJECTIONS_ALLOWED: dict[str, tuple[str, ...]] = {
+    "none": ("stem",),
+    "learned_1d": ("stem", "every_layer", "every_layer_shared"),
+    "learned_2d": ("stem", "every_layer", "every_layer_shared"),
+    "sincos_2d": ("stem", "every_layer_shared"),  # a fixed table has nothing to learn per layer
+    "relative_1d": ("stem",),  # relative encodings act inside every attention layer already
+    "relative_bias_2d": ("stem",),
+}
+INJECTIONS = ("stem", "every_layer", "every_layer_shared")
+
+
+class PositionEncoding(nn.Module):
+    """The chosen encoding, injected where asked: at the stem, or at the input of every block."""
+
+    def __init__(self, name: str, injection: str, dim: int, heads: int, grid, depth: int, num_prefix: int):
+        super().__init__()
+        kind = ENCODINGS[name]
+        self.relative, self.injection = kind.relative, injection
+        copies = depth if (self.relative or injection == "every_layer") else 1
+        self.parts = nn.ModuleList(kind(dim, heads, grid, num_prefix) for _ in range(copies))
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.parts[0].grid
+
+    def add(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        """Add the absolute embedding due at the input of block `layer` to (B, T, D) tokens."""
+        if self.relative or (self.injection == "stem" and layer > 0):
+            return x
+        table = self.parts[layer if self.injection == "every_layer" else 0].embedding()
+        return x if table is None else x + table.to(x.dtype)
+
+    def attention_bias(self, layer: int) -> nn.Module | None:
+        """The module that turns block `layer`'s queries into logits bias, for relative encodings."""
+        return self.parts[layer] if self.relative else None
+
+    def resample(self, grid: tuple[int, int]) -> None:
+        for part in self.parts:
+            part.resample(grid)

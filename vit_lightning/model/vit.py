@@ -1,0 +1,95 @@
+"""The Vision Transformer: stem -> position encoding -> encoder blocks -> pooling -> head."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from vit_lightning.model.config import ViTConfig
+from vit_lightning.model.layers import Block
+from vit_lightning.model.pooling import HEADS, POOLINGS
+from vit_lightning.model.position import PositionEncoding
+from vit_lightning.model.stems import STEMS
+
+
+class ViT(nn.Module):
+    """A ViT assembled from named parts; see ViTConfig for the options."""
+
+    def __init__(self, variant: str = "micro", **options):
+        super().__init__()
+        self.config = cfg = ViTConfig(variant=variant, **options)
+        self.stem = STEMS[cfg.stem](cfg)
+        self.pool = POOLINGS[cfg.pooling](cfg.width, cfg.heads)
+        grid = self.stem.grid_for(cfg.img_hw)
+        self.pos = PositionEncoding(
+            cfg.pos_encoding, cfg.pos_injection, cfg.width, cfg.heads, grid, cfg.depth, self.pool.num_prefix
+        )
+        self.pos_drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            Block(cfg.width, cfg.heads, cfg.mlp_dim, cfg.dropout, cfg.attn_dropout) for _ in range(cfg.depth)
+        )
+        self.apply(_init_linear)
+        self.head = HEADS[cfg.head](cfg.width, cfg.num_classes)  # after the init: the last layer stays zero
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) images -> (B, D) pooled representation."""
+        x = self.pool.prepend(self.stem(x))  # (B, T, D), T = prefix + N
+        x = self.pos_drop(self.pos.add(x, 0))
+        for i, block in enumerate(self.blocks):
+            x = block(x if i == 0 else self.pos.add(x, i), self.pos.attention_bias(i))
+        return self.pool(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
+        return self.head(self.forward_features(x))  # (B, num_classes)
+
+    def _check_input(self, x: torch.Tensor) -> None:
+        if x.ndim != 4 or x.shape[1] != self.config.in_chans:
+            raise ValueError(f"expected images (B, {self.config.in_chans}, H, W), got shape {tuple(x.shape)}")
+        grid = self.stem.grid_for(tuple(x.shape[-2:]))
+        if grid != self.pos.grid:
+            raise ValueError(
+                f"input {tuple(x.shape[-2:])} gives a {grid} token grid but the model was built for {self.pos.grid}; "
+                f"call model.resize({tuple(x.shape[-2:])}) first"
+            )
+
+    @torch.no_grad()
+    def resize(self, img_size: int | tuple[int, int]) -> None:
+        """Adapt to a new input resolution at the same patch size by resampling position encodings."""
+        hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        self.pos.resample(self.stem.grid_for(hw))
+        self.config.img_size = img_size
+
+    @contextmanager
+    def _keeping_attention(self):
+        for block in self.blocks:
+            block.attn.keep_probs = True
+        try:
+            yield
+        finally:
+            for block in self.blocks:
+                block.attn.keep_probs, block.attn.probs = False, None
+
+    @torch.no_grad()
+    def attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Attention probabilities of every block, each (B, heads, T, T)."""
+        with self._keeping_attention():
+            self(x)
+            return [block.attn.probs for block in self.blocks]
+
+    def no_weight_decay(self) -> set[str]:
+        """Names of parameters that should not be decayed: position tables and the [class] token."""
+        return {name for name, _ in self.named_parameters() if name.startswith("pos.") or name == "pool.token"}
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def _init_linear(module: nn.Module) -> None:
+    """Truncated-normal dense weights with zero biases; convs keep PyTorch's fan-in init."""
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
