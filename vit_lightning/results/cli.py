@@ -1,0 +1,48 @@
+"""`vit-ablate table ABLATION`: collect an ablation's run records and regenerate its tables and figures."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from vit_lightning.results.records import collect, fetch_wandb
+from vit_lightning.results.tables import build
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vit-ablate table", description=__doc__.split(":", 1)[1].strip())
+    p.add_argument("ablation", help="ablation name (ablations/<name>.py)")
+    p.add_argument("--profile", default="demo", help="which profile's runs to tabulate (default: demo)")
+    p.add_argument("--runs", default="runs", help="local run root holding RUNS/ABLATION/PROFILE/*/results.json")
+    p.add_argument("--out", default=None, help="output folder (default: results/ABLATION); records in OUT/records")
+    p.add_argument("--wandb", metavar="ENTITY/PROJECT/SWEEP_ID", help="also fetch the runs of this W&B sweep")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from vit_lightning import ablation as ablations
+
+    try:
+        ab = ablations.load(args.ablation)
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        print(f"vit-ablate table: {e}", file=sys.stderr)
+        return 2
+    if args.profile not in ab.profiles:
+        print(f"vit-ablate table: unknown profile {args.profile!r} for {ab.name}; "
+              f"choose from {', '.join(ab.profiles)}", file=sys.stderr)
+        return 2
+    out = Path(args.out or Path("results") / ab.name)
+    new = collect(Path(args.runs), ab.name, args.profile, out / "records")
+    if args.wandb:
+        try:
+            new += fetch_wandb(args.wandb, ab.name, args.profile, out / "records")
+        except Exception as e:  # no network, no API key, unknown sweep: one line, nothing half-built
+            print(f"vit-ablate table: could not fetch W&B sweep {args.wandb}: {str(e).splitlines()[0]}",
+                  file=sys.stderr)
+            return 2
+    for path in build(ab, ab.profiles[args.profile], out):
+        print(path)
+    print(f"{len(new)} new or updated record(s) in {out / 'records'}", file=sys.stderr)
+    return 0

@@ -1,0 +1,132 @@
+"""Run records -> pandas: one row per run (runs.csv), then one row per designed cell (the tables)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pandas as pd
+
+from vit_lightning.results.records import record_time
+from vit_lightning.results.stats import summarize, versus
+
+SEED = "seed_everything"
+COMPUTE = ("params", "gflops_per_image", "train_images_per_s", "wall_s")
+UNFINISHED = {"failed": "did not finish", "diverged": "did not finish (non-finite loss)",
+              "running": "unfinished (still running, or killed)"}
+
+
+def plain(value: Any) -> Any:
+    """A value as JSON sees it (tuples -> lists), so designed values compare equal to recorded ones."""
+    return json.loads(json.dumps(value))
+
+
+def same(want: Any, have: Any) -> bool:
+    """A designed value equals a recorded one: tuples as lists, 1e-3 as 0.001, 1 as the '1' fit parsed."""
+    if isinstance(want, (list, tuple)) and isinstance(have, (list, tuple)):
+        return len(want) == len(have) and all(map(same, want, have))
+    numbers = (int, float)
+    if isinstance(want, numbers) and isinstance(have, numbers) and not isinstance(want, bool) | isinstance(have, bool):
+        return math.isclose(want, have, rel_tol=1e-9, abs_tol=1e-12)
+    return want == have or str(want).lower() == str(have).lower()
+
+
+def cell_index(cells: list[dict], config: dict) -> int:
+    """Which designed cell a run's config belongs to; -1 if none."""
+    return next((i for i, c in enumerate(cells) if all(k in config and same(v, config[k]) for k, v in c.items())), -1)
+
+
+def design_cells(profile: Any) -> list[dict]:
+    """The profile's cells (axis values, no seed) with JSON-plain values."""
+    return [plain(cell) for cell in profile.cells()]
+
+
+def _why_not_used(rec: dict, cell: int, metric: float, profile: Any) -> str:
+    """Why a record is not averaged into its cell ('' when it is)."""
+    status = rec.get("status")
+    if status != "completed":
+        return UNFINISHED.get(status, f"status {status!r}")
+    config = rec.get("config", {})
+    changed = [f"{k}={config[k]!r} (profile: {v!r})" for k, v in sorted(profile.fixed.items())
+               if not k.startswith("run.") and k in config and not same(v, config[k])]
+    if changed:
+        return "settings differ from the profile: " + ", ".join(changed)
+    if cell < 0:
+        return "not a designed cell"
+    return "" if math.isfinite(metric) else "no metric"
+
+
+def runs_frame(ablation: Any, profile: Any, records: list[dict]) -> pd.DataFrame:
+    """One row per record of this profile: name, status, swept keys, seed, metric, compute, used/note."""
+    cells, keys = design_cells(profile), list(profile.axes)
+    rows = []
+    for rec in records:
+        if rec.get("profile") != profile.name or rec.get("ablation", ablation.name) != ablation.name:
+            continue
+        config, metrics, compute = rec.get("config", {}), rec.get("metrics") or {}, rec.get("compute") or {}
+        index = cell_index(cells, config)
+        cell = cells[index] if index >= 0 else {k: plain(config.get(k)) for k in keys}
+        metric = math.nan if metrics.get(ablation.metric) is None else float(metrics[ablation.metric])
+        rows.append({"name": rec["name"], "status": rec.get("status"), **cell, "seed": config.get(SEED),
+                     "val/acc": metrics.get("val/acc"), ablation.metric: metric,
+                     **{k: compute.get(k) for k in COMPUTE}, "cell": index,
+                     "note": _why_not_used(rec, index, metric, profile),
+                     "error": (rec.get("error") or "").splitlines()[0][:200] if rec.get("error") else "",
+                     "time": record_time(rec)})
+    columns = ["name", "status", *keys, "seed", ablation.metric, "val/acc", *COMPUTE, "cell", "note", "error", "time"]
+    frame = pd.DataFrame(rows, columns=list(dict.fromkeys(columns)))
+    frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").round().astype("Int64")
+    frame = _mark_superseded(frame)
+    order = frame["cell"].where(frame["cell"] >= 0, len(cells))
+    frame = frame.assign(_order=order).sort_values(["_order", "seed", "name"], kind="stable")
+    return frame.drop(columns="_order").reset_index(drop=True)
+
+
+def _mark_superseded(frame: pd.DataFrame) -> pd.DataFrame:
+    """Two finished runs of one cell and seed (e.g. an older config hash): keep the newer one."""
+    used = frame[frame["note"] == ""].sort_values(["time", "name"])
+    dup = used.duplicated(["cell", "seed"], keep="last")
+    for i in used.index[dup]:
+        newer = used[(used["cell"] == used.at[i, "cell"]) & (used["seed"] == used.at[i, "seed"])]["name"].iloc[-1]
+        frame.at[i, "note"] = f"superseded by {newer}"
+    return frame
+
+
+def cell_frame(ablation: Any, profile: Any, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per designed cell: swept keys, values, n, mean, std (ddof=1), compute means, best, vs_best."""
+    used = runs[runs["note"] == ""]
+    rows = []
+    for index, cell in enumerate(design_cells(profile)):
+        mine = used[used["cell"] == index]
+        values = mine[ablation.metric].tolist()
+        mean, std, n = summarize(values)
+        compute = {k: pd.to_numeric(mine[k], errors="coerce").mean() for k in COMPUTE}
+        rows.append({"cell": index, **cell, "values": values, "n": n, "mean": mean, "std": std, **compute,
+                     "paper": paper_value(ablation, cell)})
+    cells = pd.DataFrame(rows)
+    return with_best(cells)
+
+
+def with_best(cells: pd.DataFrame) -> pd.DataFrame:
+    """Mark the highest-mean cell (first on ties) and test every other cell against it."""
+    cells = cells.reset_index(drop=True)
+    best = cells["mean"].idxmax() if cells["n"].gt(0).any() else None
+    cells["best"] = cells.index == best
+    best_values = cells.at[best, "values"] if best is not None else []
+    cells["vs_best"] = [versus(v, best_values, i == best) for i, v in enumerate(cells["values"])]
+    return cells
+
+
+def paper_value(ablation: Any, cell: dict) -> float | None:
+    """The paper's number for a cell: reference[(row, col)], else reference[row]."""
+    row = cell.get(ablation.rows)
+    col = cell.get(ablation.cols) if ablation.cols else None
+    ref = ablation.reference
+    for key in ((row, col), row):
+        try:
+            if key in ref:
+                return float(ref[key])
+        except TypeError:  # unhashable (list-valued) cell values have no reference
+            return None
+    return None

@@ -1,0 +1,163 @@
+"""Run records: collect them from runs/, keep them under results/, and fetch them from a W&B sweep."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+# W&B run state -> our record status (W&B has no "diverged"; see from_wandb_run)
+WANDB_STATES = {"finished": "completed", "running": "running", "pending": "running",
+                "crashed": "failed", "failed": "failed", "killed": "failed",
+                "preempting": "failed", "preempted": "failed"}
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write bytes to path via a temp file in the same folder, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def dump(record: dict) -> bytes:
+    """A record as stable JSON text (sorted keys), for records we build ourselves."""
+    return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+
+
+def record_time(record: dict) -> float:
+    """When a record was last written (seconds since the epoch; 0 if unknown), for newer-wins merging."""
+    times = [0.0]
+    for key in ("started_at", "finished_at"):
+        try:
+            t = datetime.fromisoformat(str(record.get(key)).replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        times.append((t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp())
+    return max(times)
+
+
+def store(records_dir: Path, record: dict, data: bytes | None = None) -> bool:
+    """Save a record as records_dir/<name>.json unless the stored one is as new; True if written."""
+    name = str(record.get("name", ""))
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"run record has a bad name {name!r}")
+    dest = records_dir / f"{name}.json"
+    if dest.exists() and record_time(json.loads(dest.read_text())) >= record_time(record):
+        return False
+    write_atomic(dest, data if data is not None else dump(record))
+    return True
+
+
+def collect(runs_root: Path, ablation: str, profile: str, records_dir: Path) -> list[str]:
+    """Copy runs/<ablation>/<profile>/*/results.json into records_dir (JSON only); names written."""
+    written = []
+    for path in sorted((Path(runs_root) / ablation / profile).glob("*/results.json")):
+        data = path.read_bytes()
+        try:
+            record = json.loads(data)
+            if store(records_dir, record, data):  # a byte copy: the record stays exactly as the run wrote it
+                written.append(record["name"])
+        except (ValueError, AttributeError) as err:  # half-copied by hand, or not a record at all
+            print(f"vit-ablate table: skipping {path}: {err}", file=sys.stderr)
+    return written
+
+
+def load_records(records_dir: Path) -> list[dict]:
+    """Every record in records_dir, sorted by name."""
+    return [json.loads(p.read_text()) for p in sorted(Path(records_dir).glob("*.json"))]
+
+
+# ---- W&B ------------------------------------------------------------------------------------------
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    """Nested config dicts -> flat dotted keys (W&B keeps a logger's nested hparams nested)."""
+    out = {}
+    for key, value in d.items():
+        if str(key).startswith("_"):  # W&B internals (_wandb, _runtime, _step, ...)
+            continue
+        if isinstance(value, dict) and set(value) <= {"value", "desc"} and "value" in value:
+            value = value["value"]  # raw config form {"value": x, "desc": ...}
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _number(value: Any) -> float | None:
+    """A summary/history value as a float, or None when it is not a number."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)  # W&B also reports non-finite numbers as the strings "NaN"/"Infinity"
+    except (TypeError, ValueError):
+        return None
+
+
+def _history(rows: Iterable[dict]) -> list[dict]:
+    """W&B history rows -> one dict per epoch (the epoch's last logged value of each metric)."""
+    epochs: dict[int, dict] = {}
+    for row in rows:
+        if _number(row.get("epoch")) is None:
+            continue
+        epoch = int(row["epoch"])
+        entry = epochs.setdefault(epoch, {"epoch": epoch})
+        for key, value in row.items():
+            if not key.startswith(("_", "trainer/")) and key != "epoch" and _number(value) is not None:
+                entry[key] = _number(value)
+    return [epochs[e] for e in sorted(epochs)]
+
+
+def from_wandb_run(run: Any, ablation: str, profile: str, sweep_id: str | None = None) -> dict:
+    """Map a wandb.apis.public.Run (config, summary, history) to our run record schema."""
+    config = _flatten(dict(run.config))
+    summary = {k: v for k, v in dict(run.summary_metrics).items() if not str(k).startswith("_")}
+    numbers = {k: _number(v) for k, v in summary.items() if _number(v) is not None}
+    metrics = {k: v for k, v in numbers.items() if not k.startswith("compute/")}
+    diverged = any(not math.isfinite(v) for k, v in metrics.items() if "loss" in k)
+    metrics = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}  # keep the JSON strict
+    compute = {k.split("/", 1)[1]: v for k, v in numbers.items() if k.startswith("compute/")}
+    if "_runtime" in run.summary_metrics:
+        compute.setdefault("wall_s", _number(run.summary_metrics["_runtime"]))
+    status = WANDB_STATES.get(str(run.state).lower(), "failed")
+    if status == "completed" and diverged:
+        status = "diverged"
+    return {
+        "schema": 1,
+        "name": run.name or run.id,
+        "ablation": config.get("run.ablation", ablation),
+        "profile": config.get("run.profile", profile),
+        "status": status,
+        "config": config,
+        "metrics": metrics,
+        "history": _history(run.scan_history()),
+        "compute": compute,
+        "versions": {},
+        "wandb": {"run_id": run.id, "sweep_id": sweep_id, "project": run.project},
+        "error": None if status != "failed" else f"W&B state {run.state}",
+        "started_at": getattr(run, "created_at", None),
+        "finished_at": getattr(run, "heartbeat_at", None) if status != "running" else None,
+    }
+
+
+def fetch_wandb(sweep_path: str, ablation: str, profile: str, records_dir: Path, api: Any = None) -> list[str]:
+    """Store every run of a W&B sweep ENTITY/PROJECT/SWEEP_ID into records_dir; names written."""
+    if sweep_path.count("/") != 2:
+        raise ValueError(f"--wandb wants ENTITY/PROJECT/SWEEP_ID, got {sweep_path!r}")
+    if api is None:
+        import wandb
+
+        api = wandb.Api()
+    written = []
+    for run in api.sweep(sweep_path).runs:
+        record = from_wandb_run(run, ablation, profile, sweep_path.rsplit("/", 1)[1])
+        if record["ablation"] == ablation and record["profile"] == profile and store(records_dir, record):
+            written.append(record["name"])
+    return sorted(written)
