@@ -1,0 +1,306 @@
+"""Sweeps: ablations -> W&B YAMLs (in sync), W&B grid/random semantics, validation, dry-run, agents."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vit_lightning.ablation import available, load
+from vit_lightning.sweep import cli, expand, wandb_backend, yamls
+from vit_lightning.sweep.expand import render_args
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_cli(argv, capsys):
+    """(exit code, stdout, stderr) of `vit-ablate sweep ...`."""
+    code = cli.main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def write_sweep(tmp_path, params, **extra) -> str:
+    config = {"method": "grid", "metric": {"name": "val/acc_best", "goal": "maximize"},
+              "command": yamls.COMMAND, "parameters": params, **extra}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+# --- ablations and generated YAMLs -------------------------------------------------------------------
+def test_sweep_yamls_in_sync_with_ablations():
+    stale = yamls.out_of_sync(REPO / "sweeps")
+    assert not stale, f"run `vit-ablate sweeps`: {stale}"
+
+
+def test_every_ablation_has_demo_and_gpu_profiles():
+    assert set(available()) >= {"pos_encoding", "cls_vs_gap", "patch_size", "hybrid"}
+    for name in available():
+        ablation = load(name)
+        assert {"demo", "cifar10", "imagenet"} <= set(ablation.profiles)
+        assert ablation.metric == "val/acc_best" and ablation.doc and "vit-ablate sweep" in ablation.doc
+        for prof in ablation.profiles.values():
+            assert prof.fixed["run.ablation"] == name and prof.fixed["run.profile"] == prof.name
+            assert len(prof.seeds) >= (1 if prof.name == "demo" else 3)
+        assert ablation.profiles["imagenet"].fixed["data.name"] == "imagefolder"
+        assert ablation.profiles["imagenet"].fixed["trainer.precision"] == "bf16-mixed"
+
+
+def test_yaml_files_are_valid_wandb_sweeps():
+    from vit_lightning.sweep.validate import known_keys
+
+    known = known_keys()
+    files = sorted((REPO / "sweeps").glob("*.yaml"))
+    assert len(files) == len(yamls.expected_files())
+    for path in files:
+        config = yaml.safe_load(path.read_text())
+        assert config["method"] == "grid" and config["program"]
+        assert config["metric"] == {"name": "val/acc_best", "goal": "maximize"}
+        assert config["command"] == ["${env}", "vit-ablate", "fit", "${args}"]
+        assert "values" in config["parameters"]["seed_everything"]
+        for key, spec in config["parameters"].items():
+            assert key in known and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", key), key  # W&B's name pattern
+            assert len(spec) == 1 and ("value" in spec or isinstance(spec.get("values"), list)), (path.name, key)
+
+
+def test_cls_vs_gap_sweeps_a_log_grid_of_learning_rates():
+    ablation = load("cls_vs_gap")
+    for prof in ablation.profiles.values():
+        lrs = prof.grids[0]["model.lr"]
+        assert len(lrs) >= 5 and max(lrs) / min(lrs) >= 30
+        assert prof.grids[0]["model.pooling"] == ["cls", "gap"]
+
+
+def test_patch_sizes_divide_the_image():
+    sizes = {"demo": 28, "cifar10": 32, "imagenet": 224}
+    for name, prof in load("patch_size").profiles.items():
+        assert all(sizes[name] % p == 0 for p in prof.grids[0]["model.patch_size"])
+
+
+# --- W&B semantics -----------------------------------------------------------------------------------
+def test_grid_is_the_cartesian_product_in_any_key_order():
+    params = {"a": {"values": [1, 2, 3]}, "b": {"values": ["x", "y"]}, "c": {"value": True}}
+    trials = expand.expand({"method": "grid", "parameters": params})
+    reordered = expand.expand({"method": "grid", "parameters": dict(reversed(list(params.items())))})
+    as_set = lambda ts: {tuple(sorted(t.items())) for t in ts}  # noqa: E731
+    assert len(trials) == 6 and as_set(trials) == as_set(reordered)
+    assert as_set(trials) == {(("a", a), ("b", b), ("c", True)) for a in (1, 2, 3) for b in "xy"}
+    assert [list(t) for t in trials] == [["a", "b", "c"]] * 6  # W&B reads parameters in sorted order
+
+
+def test_grid_dedupes_and_enumerates_int_and_q_uniform():
+    params = {"a": {"values": [1, 1.0, 2]}, "n": {"min": 1, "max": 3},
+              "q": {"distribution": "q_uniform", "min": 0, "max": 1, "q": 0.25}}
+    trials = expand.expand({"method": "grid", "parameters": params})
+    assert len(trials) == 2 * 3 * 4  # 1 and 1.0 are one value; int_uniform includes max; q_uniform excludes it
+    assert {t["n"] for t in trials} == {1, 2, 3} and {t["q"] for t in trials} == {0, 0.25, 0.5, 0.75}
+
+
+def test_grid_run_cap_and_count():
+    config = {"method": "grid", "parameters": {"a": {"values": list(range(10))}}, "run_cap": 4}
+    assert len(expand.expand(config)) == 4
+    assert len(expand.expand(config, count=2)) == 2
+    with pytest.raises(ValueError, match="not allowed with method grid"):
+        expand.expand({"method": "grid", "parameters": {"a": {"min": 0.0, "max": 1.0}}})
+
+
+def test_random_counts_seed_and_bounds():
+    params = {
+        "u": {"min": 0.5, "max": 2.0},
+        "i": {"min": 1, "max": 4},
+        "c": {"values": ["a", "b"]},
+        "k": {"value": 7},
+        "lv": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-1},
+        "lu": {"distribution": "log_uniform", "min": -2.0, "max": 1.0},
+        "qu": {"distribution": "q_uniform", "min": 0, "max": 10, "q": 2},
+        "n": {"distribution": "normal", "mu": 1.0, "sigma": 0.1},
+    }
+    config = {"method": "random", "parameters": params, "run_cap": 400}
+    trials = expand.expand(config, seed=3)
+    assert len(trials) == 400 and trials == expand.expand(config, seed=3) != expand.expand(config, seed=4)
+    assert len(expand.expand(config, count=5)) == 5
+    assert all(0.5 <= t["u"] <= 2.0 and t["k"] == 7 for t in trials)
+    assert {t["i"] for t in trials} == {1, 2, 3, 4} and {t["c"] for t in trials} == {"a", "b"}
+    assert all(1e-4 <= t["lv"] <= 1e-1 and math.exp(-2) <= t["lu"] <= math.e for t in trials)
+    assert all(isinstance(t["qu"], int) and t["qu"] % 2 == 0 and 0 <= t["qu"] <= 10 for t in trials)
+    assert abs(statistics.mean(t["n"] for t in trials) - 1.0) < 0.05
+    # log-uniform: each decade gets about a third of the draws, so the median is the geometric mean
+    logs = [math.log10(t["lv"]) for t in trials]
+    assert abs(statistics.median(logs) - (-2.5)) < 0.25
+    assert all(abs(sum(lo <= x < lo + 1 for x in logs) / len(logs) - 1 / 3) < 0.1 for lo in (-4, -3, -2))
+
+
+def test_random_needs_a_bound_and_bayes_needs_wandb():
+    with pytest.raises(ValueError, match="run_cap"):
+        expand.expand({"method": "random", "parameters": {"a": {"values": [1]}}})
+    with pytest.raises(ValueError, match="--backend wandb"):
+        expand.expand({"method": "bayes", "parameters": {"a": {"values": [1]}}})
+
+
+def test_args_render_like_the_wandb_agent():
+    trial = {"a": True, "b": [3, 4], "c": 0.0001, "d": 1e-05, "e": "none", "f": 2}
+    assert render_args(trial) == ["--a=True", "--b=[3, 4]", "--c=0.0001", "--d=1e-05", "--e=none", "--f=2"]
+
+
+# --- validation: one line, before anything runs ------------------------------------------------------
+@pytest.mark.parametrize("params, message", [
+    ({"model.pos_encodng": {"value": "none"}}, "unknown key 'model.pos_encodng'"),
+    ({"model.pos_encoding": {"values": ["none", "fourier"]}}, "model.pos_encoding='fourier' is not allowed; choose from"),
+    ({"model.pooling": {"value": "max"}}, "cls, gap"),
+    ({"data.name": {"value": "svhn"}}, "mnist5k"),
+    ({"model.pos_encoding": {"values": ["learned_1d", "relative_1d"]},
+      "model.pos_injection": {"values": ["stem", "every_layer"]}},
+     "model.pos_encoding=relative_1d with model.pos_injection=every_layer is not allowed"),
+    ({"model.lr": {"distribution": "log_uniform_values", "min": 0.0, "max": 1.0}}, "needs min > 0"),
+    ({"model.lr": {"values": []}}, "non-empty"),
+    ({"trainer.max_epochs": {"value": "abc"}}, "trainer.max_epochs=abc is not valid"),
+])
+def test_bad_sweep_files_fail_with_one_line(tmp_path, capsys, params, message):
+    code, out, err = run_cli([write_sweep(tmp_path, params), "--backend", "local"], capsys)
+    assert code == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_malformed_yaml_unknown_sweep_key_and_set(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("method: grid\nparameters: {a: [1, 2\n")
+    code, _, err = run_cli([str(bad)], capsys)
+    assert code == 2 and "malformed YAML at line" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli([write_sweep(tmp_path, {"model.lr": {"value": 0.1}}, early_stop=1)], capsys)
+    assert code == 2 and "unknown sweep key 'early_stop'" in err
+    code, _, err = run_cli(["pos_encoding", "--dry-run", "--set", "trainer.max_epoch=1"], capsys)
+    assert code == 2 and "--set trainer.max_epoch: unknown key" in err and "trainer.max_epochs" in err
+    code, _, err = run_cli(["pos_encodings", "--dry-run"], capsys)
+    assert code == 2 and "ablations: " in err
+    code, _, err = run_cli(["pos_encoding", "--profile", "jft", "--dry-run"], capsys)
+    assert code == 2 and "choose from demo" in err
+
+
+# --- dry run -----------------------------------------------------------------------------------------
+def parse_line(line: str) -> dict:
+    import shlex
+
+    words = shlex.split(line)
+    assert words[:2] == ["vit-ablate", "fit"]
+    return dict(w[2:].split("=", 1) for w in words[2:])
+
+
+def test_dry_run_lists_every_table8_cell_and_ours(capsys):
+    from vit_lightning.model import INJECTIONS_ALLOWED
+
+    code, out, _ = run_cli(["pos_encoding", "--dry-run"], capsys)
+    assert code == 0
+    lines = out.strip().splitlines()
+    cells = [(a["model.pos_encoding"], a["model.pos_injection"]) for a in map(parse_line, lines)]
+    assert len(cells) == len(set(cells)) == 11
+    assert set(load("pos_encoding").reference) <= set(cells)  # every cell the paper ran
+    assert set(cells) == {(e, i) for e, injs in INJECTIONS_ALLOWED.items() for i in injs}  # plus ours
+    assert all(parse_line(x)["run.profile"] == "demo" for x in lines)
+
+
+def test_dry_run_set_overrides_every_trial(capsys):
+    code, out, _ = run_cli(["cls_vs_gap", "--profile", "cifar10", "--dry-run", "--set", "trainer.max_epochs=1",
+                            "--set", "data.root=/data"], capsys)
+    args = [parse_line(x) for x in out.strip().splitlines()]
+    assert code == 0 and len(args) == 2 * 5 * 3
+    assert all(a["trainer.max_epochs"] == "1" and a["data.root"] == "/data" for a in args)
+
+
+# --- W&B backend -------------------------------------------------------------------------------------
+def test_agent_groups_split_the_node():
+    gpus = [str(i) for i in range(8)]
+    assert wandb_backend.agent_groups(gpus) == [[g] for g in gpus]
+    assert wandb_backend.agent_groups(gpus, gpus_per_agent=2) == [["0", "1"], ["2", "3"], ["4", "5"], ["6", "7"]]
+    assert wandb_backend.agent_groups(gpus, agents=1) == [gpus]
+    assert wandb_backend.agent_groups(gpus, gpus_per_agent=3) == [["0", "1", "2"], ["3", "4", "5"]]
+    assert wandb_backend.agent_groups([], agents=2) == [[], []]
+    with pytest.raises(ValueError, match="needs 8 GPUs"):
+        wandb_backend.agent_groups(gpus[:4], gpus_per_agent=2, agents=4)
+
+
+def test_agent_commands_and_env():
+    agents = wandb_backend.agent_commands(["me/proj/a1", "me/proj/b2"], [["0", "1"], ["2", "3"]], count=3)
+    assert [a.env for a in agents] == [{"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}]
+    assert agents[0].commands == (("wandb", "agent", "--forward-signals", "--count", "3", "me/proj/a1"),
+                                  ("wandb", "agent", "--forward-signals", "--count", "3", "me/proj/b2"))
+    one = wandb_backend.agent_commands(["p/x"], [["4"]], forward_signals=False)[0]
+    assert one.shell() == "CUDA_VISIBLE_DEVICES=4 wandb agent p/x"
+
+
+def test_credentials(tmp_path):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password abc\n")
+    netrc.chmod(0o600)
+    assert wandb_backend.has_credentials({"WANDB_API_KEY": "k"}, tmp_path / "none")
+    assert wandb_backend.has_credentials({}, netrc)
+    assert not wandb_backend.has_credentials({}, tmp_path / "none")
+    assert not wandb_backend.has_credentials({"WANDB_API_KEY": "k", "WANDB_MODE": "disabled"}, netrc)
+
+
+def test_wandb_backend_creates_sweeps_and_pins_agents(monkeypatch, capsys):
+    import wandb
+
+    created = []
+    def fake_sweep(config, project=None, entity=None):
+        created.append(config)
+        return f"id{len(created)}"
+
+    monkeypatch.setattr(wandb, "sweep", fake_sweep)
+    monkeypatch.setenv("WANDB_API_KEY", "test")
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    code, out, err = run_cli(["pos_encoding", "--profile", "imagenet", "--backend", "wandb", "--gpus-per-agent", "2",
+                              "--entity", "me", "--project", "vit", "--print-agent-cmd"], capsys)
+    assert code == 0, err
+    assert [c["name"] for c in created] == ["pos_encoding-imagenet-1", "pos_encoding-imagenet-2", "pos_encoding-imagenet-3"]
+    lines = out.strip().splitlines()
+    assert len(lines) == 4
+    for k, line in enumerate(lines):
+        assert line.startswith(f"CUDA_VISIBLE_DEVICES={2 * k},{2 * k + 1} ")
+        assert all(" agent " in line and f"me/vit/id{i}" in line for i in (1, 2, 3))
+    # a fixed trainer.devices that disagrees with the agents' GPUs is refused
+    code, _, err = run_cli(["pos_encoding", "--profile", "imagenet", "--backend", "wandb", "--gpus-per-agent", "2",
+                            "--set", "trainer.devices=8", "--print-agent-cmd"], capsys)
+    assert code == 2 and "trainer.devices=8" in err
+
+
+def test_bayes_sweep_needs_wandb_backend(tmp_path, capsys):
+    path = write_sweep(tmp_path, {"model.lr": {"min": 0.0001, "max": 0.01}}, method="bayes")
+    code, _, err = run_cli([path, "--backend", "local"], capsys)
+    assert code == 2 and "needs the W&B server: use --backend wandb" in err
+
+
+def test_run_agents_pins_each_agent_and_staggers_starts(tmp_path):
+    out = tmp_path / "agents.txt"
+    script = f'echo "$CUDA_VISIBLE_DEVICES $(date +%s.%N)" >> {out}'
+    groups = [["0", "1"], ["2", "3"]]
+    agents = [wandb_backend.Agent((("sh", "-c", script), ("sh", "-c", script)), {"CUDA_VISIBLE_DEVICES": ",".join(g)})
+              for g in groups]
+    assert wandb_backend.run_agents(agents, stagger_s=0.5, log=lambda msg: None) == 0
+    rows = [line.split() for line in out.read_text().splitlines()]
+    assert sorted(r[0] for r in rows) == ["0,1", "0,1", "2,3", "2,3"]  # each agent runs every sweep, on its GPUs
+    first = {g: min(float(t) for d, t in rows if d == g) for g in ("0,1", "2,3")}
+    assert first["2,3"] - first["0,1"] >= 0.4
+
+
+def test_records_match_trials_as_fit_parsed_them(tmp_path):
+    import json
+
+    from vit_lightning.sweep.trials import Trial, find_record
+
+    params = {"model.lr": "1e-4", "trainer.devices": 1, "model.hybrid_layers": [1, 1], "data.randaugment": True,
+              "run.root": str(tmp_path), "run.ablation": "a", "run.profile": "p"}
+    trial = Trial(params, tuple(render_args(params)), ("vit-ablate", "fit", *render_args(params)))
+    run = tmp_path / "a" / "p" / "r1"
+    run.mkdir(parents=True)
+    config = {**params, "model.lr": 0.0001, "trainer.devices": "1", "model.pos_encoding": "none"}
+    (run / "results.json").write_text(json.dumps({"status": "completed", "config": config}))
+    assert find_record(trial)["status"] == "completed"
+    (run / "results.json").write_text(json.dumps({"status": "completed", "config": {**config, "model.lr": 0.001}}))
+    assert find_record(trial) is None

@@ -1,0 +1,192 @@
+"""An ablation: the paper's question as data (axes, fixed settings, seeds, metric, table, reference values)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SEED_KEY = "seed_everything"
+METRIC = "val/acc_best"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One way to run an ablation: dataset, model size and budget, plus the grid of cells and seeds."""
+
+    name: str  # "demo" | "cifar10" | "imagenet"
+    fixed: dict[str, Any]  # flat dotted CLI keys -> value, the same for every trial
+    grids: tuple[dict[str, list], ...]  # rectangular blocks; each block is one W&B grid sweep
+    seeds: tuple[int, ...]  # swept as seed_everything
+    description: str = ""
+
+    def __post_init__(self):
+        if not self.grids or not self.seeds:
+            raise ValueError(f"profile {self.name!r}: needs at least one grid block and one seed")
+        for block in self.grids:
+            if not block or any(not isinstance(v, (list, tuple)) or not v for v in block.values()):
+                raise ValueError(f"profile {self.name!r}: each grid block maps keys to non-empty lists")
+            if SEED_KEY in block or set(block) & set(self.fixed):
+                raise ValueError(f"profile {self.name!r}: a key is either fixed, swept or a seed, not two of these")
+            if set(block) != set(self.grids[0]):
+                raise ValueError(f"profile {self.name!r}: every grid block must sweep the same keys")
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """The swept keys (besides the seed), in declaration order."""
+        return tuple(self.grids[0])
+
+    def cells(self) -> list[dict[str, Any]]:
+        """Union of the blocks' cartesian products, in block order, without duplicates."""
+        out: list[dict[str, Any]] = []
+        for block in self.grids:
+            for combo in itertools.product(*block.values()):
+                cell = dict(zip(block, combo))
+                if cell not in out:
+                    out.append(cell)
+        return out
+
+    def trials(self) -> list[dict[str, Any]]:
+        """Every trial's flat config: fixed settings + cell + seed (seed varies slowest)."""
+        return [{**self.fixed, **cell, SEED_KEY: seed} for seed in self.seeds for cell in self.cells()]
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """A paper ablation and the profiles it can be run with."""
+
+    name: str
+    title: str
+    source: str  # the paper's table/figure
+    finding: str  # the paper's finding in one sentence
+    metric: str
+    rows: str  # dotted key for table rows
+    cols: str | None  # dotted key for table columns (None: one column)
+    reference: dict  # {(row, col) or row: paper value}; cells absent in the paper are N/A
+    reference_note: str  # what the reference numbers are
+    profiles: dict[str, Profile]
+    doc: str = field(default="", compare=False)  # the ablation file's docstring
+
+    def __post_init__(self):
+        if "demo" not in self.profiles:
+            raise ValueError(f"ablation {self.name!r}: needs a 'demo' profile")
+        fixed = {}
+        for key, prof in self.profiles.items():
+            if key != prof.name:
+                raise ValueError(f"ablation {self.name!r}: profile key {key!r} != its name {prof.name!r}")
+            if self.rows not in prof.axes or (self.cols and self.cols not in prof.axes + tuple(prof.fixed)):
+                raise ValueError(f"ablation {self.name!r}: profile {key!r} does not sweep rows/cols {self.rows}/{self.cols}")
+            # every record lands in runs/<ablation>/<profile>/...
+            run_keys = {"run.ablation": self.name, "run.profile": prof.name}
+            fixed[key] = dataclasses.replace(prof, fixed={**prof.fixed, **run_keys})
+        object.__setattr__(self, "profiles", fixed)
+
+    def profile(self, name: str) -> Profile:
+        """The named profile; ValueError naming the choices otherwise."""
+        if name not in self.profiles:
+            raise ValueError(f"ablation {self.name!r} has no profile {name!r}; choose from {', '.join(self.profiles)}")
+        return self.profiles[name]
+
+    def cells(self, profile: str = "demo") -> list[dict[str, Any]]:
+        """The table cells the profile runs (axis values only)."""
+        return self.profile(profile).cells()
+
+    def trials(self, profile: str = "demo") -> list[dict[str, Any]]:
+        """Every trial's flat config, seed included."""
+        return self.profile(profile).trials()
+
+
+# Settings every ablation shares per profile; an ablation file overrides what it studies.
+# GPU profiles leave trainer.devices=auto so each trial uses all GPUs its agent was given
+# (CUDA_VISIBLE_DEVICES), i.e. `--gpus-per-agent K` decides the DDP width.
+BASE: dict[str, dict[str, Any]] = {
+    "demo": {  # offline CPU demo: the embedded 5k-image MNIST, a micro ViT/7 (16 tokens), 5 short epochs
+        "data.name": "mnist5k",
+        "data.batch_size": 64,  # 63 steps an epoch: a ViT needs steps more than it needs big batches
+        "data.random_crop": False,  # augmentation only slows a 5-epoch run down
+        "model.variant": "micro",
+        "model.patch_size": 7,
+        "model.lr": 0.002,
+        "model.warmup_epochs": 0.5,
+        "trainer.max_epochs": 5,
+        "trainer.accelerator": "cpu",
+        "trainer.devices": 1,
+    },
+    "cifar10": {  # one GPU node: ViT-S/4 at 32 px, 100 epochs, RandAugment
+        "data.name": "cifar10",
+        "data.root": "data",
+        "data.download": True,
+        "data.batch_size": 256,
+        "data.num_workers": 8,
+        "data.randaugment": True,
+        "model.variant": "S",
+        "model.patch_size": 4,
+        "model.lr": 0.001,
+        "model.weight_decay": 0.05,
+        "model.warmup_epochs": 5,
+        "model.label_smoothing": 0.1,
+        "trainer.max_epochs": 100,
+        "trainer.accelerator": "gpu",
+        "trainer.devices": "auto",
+        "trainer.precision": "bf16-mixed",
+    },
+    "imagenet": {  # ViT-B/16 from scratch at 224 px, DeiT-style augmentation, 100 epochs
+        "data.name": "imagefolder",
+        "data.root": "data/imagenet",
+        "data.img_size": 224,
+        "data.batch_size": 128,
+        "data.num_workers": 10,
+        "data.randaugment": True,
+        "data.mixup_alpha": 0.8,
+        "data.cutmix_alpha": 1.0,
+        "model.variant": "B",
+        "model.patch_size": 16,
+        "model.lr": 0.001,
+        "model.weight_decay": 0.05,
+        "model.warmup_epochs": 5,
+        "model.label_smoothing": 0.1,
+        "trainer.max_epochs": 100,
+        "trainer.accelerator": "gpu",
+        "trainer.devices": "auto",
+        "trainer.precision": "bf16-mixed",
+    },
+}
+SEEDS = {"demo": (0,), "cifar10": (0, 1, 2), "imagenet": (0, 1, 2)}
+
+
+def profile(name: str, grids, fixed: dict | None = None, seeds=None, description: str = "") -> Profile:
+    """A Profile on top of BASE[name]: `fixed` overrides the base, keys swept by `grids` leave it."""
+    grids = (grids,) if isinstance(grids, dict) else tuple(grids)
+    base = {k: v for k, v in BASE[name].items() if k not in grids[0]}
+    return Profile(name, {**base, **(fixed or {})}, grids, tuple(seeds or SEEDS[name]), description)
+
+
+def ablations_dir() -> Path:
+    """ablations/ under the working directory, else next to the package's source tree."""
+    for base in (Path.cwd(), Path(__file__).resolve().parent.parent):
+        if (base / "ablations").is_dir():
+            return base / "ablations"
+    raise FileNotFoundError("no ablations/ directory in the working directory or the source tree")
+
+
+def available() -> list[str]:
+    """Names of the ablations that ablations/ defines."""
+    return sorted(p.stem for p in ablations_dir().glob("*.py") if not p.stem.startswith("_"))
+
+
+def load(name: str) -> Ablation:
+    """Import ablations/<name>.py and return its ABLATION."""
+    names = available()
+    if name not in names:
+        raise ValueError(f"unknown ablation {name!r}; choose from {', '.join(names)}")
+    path = ablations_dir() / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"vit_lightning_ablations.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ablation = getattr(module, "ABLATION", None)
+    if not isinstance(ablation, Ablation) or ablation.name != name:
+        raise ValueError(f"{path}: must define ABLATION = Ablation(name={name!r}, ...)")
+    return dataclasses.replace(ablation, doc=(module.__doc__ or "").strip())

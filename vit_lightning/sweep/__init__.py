@@ -1,0 +1,1 @@
+"""Sweeps: ablation -> W&B sweep YAML; a local backend (W&B grid/random semantics) and a W&B agents backend."""

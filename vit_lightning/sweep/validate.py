@@ -1,0 +1,164 @@
+"""Check a sweep before any trial starts: structure, known keys, allowed values, allowed cells."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import re
+from typing import Any
+
+from vit_lightning.sweep.expand import METHODS, SWEEP_KEYS, distribution
+
+
+class SweepError(ValueError):
+    """A bad sweep file or option; the message is one line naming the problem and the choices."""
+
+
+@functools.lru_cache(maxsize=1)
+def choices() -> dict[str, tuple]:
+    """Option -> allowed values, read from the model, data and module code (never a copy here)."""
+    from vit_lightning.data import DATASETS
+    from vit_lightning.model import HEADS, POOLINGS, POS_ENCODINGS, POS_INJECTIONS, STEMS, VARIANTS
+    from vit_lightning.module import OPTIMIZERS, SCHEDULES
+
+    named = {
+        "model.pos_encoding": POS_ENCODINGS, "model.pos_injection": POS_INJECTIONS, "model.pooling": POOLINGS,
+        "model.stem": STEMS, "model.head": HEADS, "model.variant": VARIANTS, "data.name": DATASETS,
+        "model.optimizer": OPTIMIZERS, "model.schedule": SCHEDULES,
+    }
+    return {key: tuple(values) for key, values in named.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def pos_rules() -> tuple[dict[str, tuple[str, ...]], str, str]:
+    """(encoding -> allowed injections, default encoding, default injection) from the model."""
+    from vit_lightning.model import INJECTIONS_ALLOWED, ViTConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ViTConfig)}
+    return dict(INJECTIONS_ALLOWED), defaults["pos_encoding"], defaults["pos_injection"]
+
+
+def check_structure(config: Any) -> None:
+    """Top-level keys, method, metric and command are what `wandb sweep` accepts."""
+    if not isinstance(config, dict):
+        raise SweepError(f"a sweep must be a mapping of {', '.join(sorted(SWEEP_KEYS))}")
+    if unknown := sorted(set(config) - SWEEP_KEYS):
+        raise SweepError(f"unknown sweep key {unknown[0]!r}; choose from {', '.join(sorted(SWEEP_KEYS))}")
+    if config.get("method") not in METHODS:
+        raise SweepError(f"method {config.get('method')!r} is not one of {', '.join(METHODS)}")
+    metric = config.get("metric", {})
+    goal = metric.get("goal", "minimize") if isinstance(metric, dict) else None
+    if not isinstance(metric, dict) or "name" not in metric or goal not in ("minimize", "maximize"):
+        raise SweepError("metric must be {name: ..., goal: minimize|maximize}")
+    command = config.get("command", [])
+    if not isinstance(command, list) or not all(isinstance(c, (str, int, float)) for c in command):
+        raise SweepError("command must be a list of strings such as ['${env}', 'vit-ablate', 'fit', '${args}']")
+    params = config.get("parameters")
+    if not isinstance(params, dict) or not params:
+        raise SweepError("sweep needs a non-empty 'parameters' mapping of option -> {value: ...} or {values: [...]}")
+    cap = config.get("run_cap")
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+        raise SweepError(f"run_cap must be a positive integer, got {cap!r}")
+
+
+def possible_values(name: str, spec: dict) -> list | None:
+    """The finite set of values a parameter can take, None for a continuous distribution."""
+    dist, filled = distribution(name, spec)
+    if dist == "constant":
+        return [filled["value"]]
+    if dist.startswith("categorical"):
+        return list(filled["values"])
+    return None
+
+
+def check_parameters(params: dict, known: set[str] | None) -> None:
+    """Every key is a fit option and every value one the model/data accept."""
+    if not isinstance(params, dict) or not params:
+        raise SweepError("sweep needs a non-empty 'parameters' mapping")
+    allowed = choices()
+    for name in sorted(params):
+        if known is not None and name not in known:
+            raise SweepError(f"unknown key {name!r}: not an option of `vit-ablate fit` ({suggest(name, known)})")
+        try:
+            values = possible_values(name, params[name])
+        except ValueError as err:
+            raise SweepError(str(err)) from None
+        if name in allowed:
+            if values is None:
+                raise SweepError(f"{name} takes one of {', '.join(map(str, allowed[name]))}; sweep it with values:")
+            for value in values:
+                if value not in allowed[name]:
+                    raise SweepError(f"{name}={value!r} is not allowed; choose from: {', '.join(map(str, allowed[name]))}")
+    check_pos_cells(params)
+
+
+def check_pos_cells(params: dict) -> None:
+    """Every pos_encoding x pos_injection pair the sweep can produce is one the model allows."""
+    rules, enc_default, inj_default = pos_rules()
+    enc, inj = "model.pos_encoding", "model.pos_injection"
+    encs = possible_values(enc, params[enc]) if enc in params else [enc_default]
+    injs = possible_values(inj, params[inj]) if inj in params else [inj_default]
+    for enc, inj in itertools.product(encs or [], injs or []):
+        if inj not in rules.get(enc, ()):
+            raise SweepError(
+                f"model.pos_encoding={enc} with model.pos_injection={inj} is not allowed; "
+                f"{enc} allows pos_injection: {', '.join(rules.get(enc, ()))}"
+            )
+
+
+def suggest(name: str, known: set[str]) -> str:
+    """The choices for an unknown key: close matches, else the options of its group, else the groups."""
+    import difflib
+
+    if close := difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.8):
+        return f"did you mean {', '.join(close)}?"
+    group = name.split(".")[0] + "."
+    if same := sorted(k for k in known if k.startswith(group)):
+        return f"{group}* options: {', '.join(same)}"
+    return f"options are seed_everything and {', '.join(sorted({k.split('.')[0] + '.*' for k in known if '.' in k}))}"
+
+
+def check(config: Any, known: set[str] | None) -> None:
+    """All checks, in order: structure, then parameters."""
+    check_structure(config)
+    check_parameters(config.get("parameters"), known)
+
+
+@functools.lru_cache(maxsize=1)
+def fit_parser():
+    """The real `vit-ablate fit` parser, built without parsing or instantiating anything."""
+    from vit_lightning.train import FitCLI
+
+    class _Built(Exception):
+        pass
+
+    class _ParserOnly(FitCLI):
+        def parse_arguments(self, parser, args):
+            raise _Built(parser)
+
+    try:
+        _ParserOnly([])
+    except _Built as built:
+        return built.args[0]
+    raise RuntimeError("FitCLI did not reach parse_arguments")
+
+
+def known_keys() -> set[str]:
+    """Every dotted option `vit-ablate fit` accepts (the sweep's parameter names)."""
+    return {k for k in fit_parser().get_defaults().keys() if k != "config"}
+
+
+def check_args(args: list[str]) -> None:
+    """Parse one trial's `${args}` with the fit parser (types, Literal choices), instantiating nothing."""
+    try:
+        fit_parser().parse_args(list(args))
+    except Exception as err:  # jsonargparse raises ArgumentError; keep its gist on one line
+        text = str(err)
+        key, given = re.search(r'Parser key "([^"]+)"', text), re.search(r"Given value: (.*)", text)
+        if key and given:
+            subtypes = re.search(r"Subtypes: \[(.*)\]", text)
+            names = re.sub(r"<class '(\w+)'>", r"\1", subtypes.group(1)) if subtypes else ""
+            want = f"; expected {names.replace('NoneType', 'None')}" if names else ""
+            raise SweepError(f"{key.group(1)}={given.group(1).strip()} is not valid{want}") from None
+        raise SweepError(" ".join(text.split())[:300]) from None

@@ -1,0 +1,164 @@
+"""W&B backend: create the sweep(s) on the server and run `wandb agent` processes, one per GPU group.
+
+Each agent gets its own CUDA_VISIBLE_DEVICES group; the GPU profiles set trainer.devices=auto,
+so every trial uses all GPUs of its agent's group (DDP when more than one). An 8-GPU node
+runs 8 agents of 1 GPU (default), 4 agents of 2 (`--gpus-per-agent 2`) or 1 agent of 8.
+When an ablation needs several grid sweeps, each agent works through them in order.
+"""
+
+from __future__ import annotations
+
+import netrc
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from vit_lightning.sweep.validate import SweepError
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One agent slot: the `wandb agent` commands it runs one after another, and its environment overlay."""
+
+    commands: tuple[tuple[str, ...], ...]
+    env: dict[str, str]
+
+    def shell(self) -> str:
+        """A copy-pasteable line (e.g. for an sbatch script)."""
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        body = "; ".join(shlex.join(c) for c in self.commands)  # each sweep in turn, whatever the last one did
+        return f"{prefix} {body}".strip() if len(self.commands) == 1 else f"{prefix} sh -c {shlex.quote(body)}".strip()
+
+
+def has_credentials(env: dict | None = None, netrc_path: str | Path | None = None) -> bool:
+    """True when W&B can log in without asking: WANDB_API_KEY, or a netrc entry for the W&B host."""
+    env = os.environ if env is None else env
+    if env.get("WANDB_MODE") in ("disabled", "offline", "dryrun"):
+        return False
+    if env.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(env.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    path = Path(netrc_path) if netrc_path else Path(env.get("NETRC", Path.home() / ".netrc"))
+    try:
+        return path.is_file() and netrc.netrc(str(path)).authenticators(host) is not None
+    except (netrc.NetrcParseError, OSError):
+        return False
+
+
+def agent_groups(gpus: list[str], gpus_per_agent: int | None = None, agents: int | None = None) -> list[list[str]]:
+    """Split the visible GPUs into disjoint groups, one per agent (no GPUs: `agents` CPU agents)."""
+    if not gpus:
+        return [[] for _ in range(agents or 1)]
+    if gpus_per_agent is None:
+        gpus_per_agent = len(gpus) // agents if agents else 1
+    if gpus_per_agent < 1 or gpus_per_agent > len(gpus):
+        raise SweepError(f"--gpus-per-agent must be between 1 and {len(gpus)} (visible GPUs: {','.join(gpus)})")
+    most = len(gpus) // gpus_per_agent
+    agents = agents or most
+    if agents > most:
+        need = agents * gpus_per_agent
+        raise SweepError(f"{agents} agents x {gpus_per_agent} GPUs needs {need} GPUs; {len(gpus)} visible")
+    return [gpus[i * gpus_per_agent:(i + 1) * gpus_per_agent] for i in range(agents)]
+
+
+def agent_commands(sweep_paths: list[str], groups: list[list[str]], count: int | None = None,
+                   wandb_cmd: tuple[str, ...] = ("wandb",), forward_signals: bool = True) -> list[Agent]:
+    """The agents to start: each runs `wandb agent [--count N] ENTITY/PROJECT/ID` for every sweep, pinned to its group."""
+    # --forward-signals: the agent relays our SIGINT/SIGTERM to its run (which sits in its own process group)
+    extra = (("--forward-signals",) if forward_signals else ()) + (("--count", str(count)) if count else ())
+    commands = tuple((*wandb_cmd, "agent", *extra, path) for path in sweep_paths)
+    return [Agent(commands, {"CUDA_VISIBLE_DEVICES": ",".join(g)} if g else {}) for g in groups]
+
+
+def check_devices(configs: list[dict], group_size: int) -> None:
+    """A fixed integer trainer.devices must equal the GPUs each agent gets."""
+    for config in configs:
+        spec = config["parameters"].get("trainer.devices", {})
+        values = [spec["value"]] if "value" in spec else spec.get("values", [])
+        accel = config["parameters"].get("trainer.accelerator", {}).get("value")
+        for v in values:
+            if group_size and accel != "cpu" and isinstance(v, int) and v != group_size:
+                raise SweepError(
+                    f"trainer.devices={v} but each agent gets {group_size} GPU(s); "
+                    f"use --gpus-per-agent {v} or --set trainer.devices=auto"
+                )
+
+
+def create_sweeps(configs: list[dict], project: str, entity: str | None) -> list[str]:
+    """Create each sweep on the W&B server; return their ENTITY/PROJECT/ID paths."""
+    import wandb
+
+    paths = []
+    for config in configs:
+        sweep_id = wandb.sweep(config, project=project, entity=entity)
+        paths.append("/".join(p for p in (entity, project, sweep_id) if p))
+    return paths
+
+
+def agent_forwards_signals() -> bool:
+    """Whether this wandb's `wandb agent` has --forward-signals (newer releases only)."""
+    try:
+        from wandb.cli.cli import agent
+    except ImportError:
+        return False
+    return any(p.name == "forward_signals" for p in agent.params)
+
+
+def wandb_command() -> tuple[str, ...]:
+    """`wandb` from this environment (the script next to python), else `python -m wandb`."""
+    script = Path(sys.executable).with_name("wandb")
+    return (str(script),) if script.exists() else (sys.executable, "-m", "wandb")
+
+
+def run_agents(agents: list[Agent], stagger_s: float = 5.0, log=None) -> int:
+    """Start the agents `stagger_s` apart, forward SIGINT/SIGTERM to their groups, wait for all."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    stop = threading.Event()
+    running: dict[int, subprocess.Popen] = {}
+    lock = threading.Lock()
+    codes: list[int] = []
+
+    def slot(k: int, agent: Agent) -> None:
+        time.sleep(k * stagger_s)  # agents asking the server at the same instant get the same run
+        for command in agent.commands:
+            with lock:
+                if stop.is_set():
+                    return
+                proc = subprocess.Popen(list(command), env={**os.environ, **agent.env}, start_new_session=True)
+                running[proc.pid] = proc
+            log(f"[agent {k}] {agent.shell() if len(agent.commands) == 1 else shlex.join(command)}")
+            rc = proc.wait()
+            with lock:
+                running.pop(proc.pid, None)
+                codes.append(rc)
+
+    def on_signal(signum, frame):
+        stop.set()
+        with lock:
+            procs = list(running.values())
+        log(f"[sweep] {signal.Signals(signum).name}: stopping {len(procs)} agent(s)")
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signum)  # the agent forwards it to its run; the group holds the DDP ranks
+            except ProcessLookupError:
+                pass
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        threads = [threading.Thread(target=slot, args=(k, a), daemon=True) for k, a in enumerate(agents)]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(0.2)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    return 130 if stop.is_set() else max(codes, default=0)
