@@ -1,0 +1,172 @@
+"""The run lifecycle of `vit-ablate fit`: resume, reproducibility, skip/retrain, divergence, checkpoints, W&B, DDP."""
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from vit_lightning import train
+from vit_lightning.module import ViTClassifier
+
+TINY = [
+    "--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
+    "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0",
+    "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu",
+]
+# Dropout, random crops and shuffling all draw random numbers: a resumed run must draw the same ones.
+TWO_EPOCHS = [*TINY, "--trainer.max_epochs=2", "--model.dropout=0.1", "--model.warmup_epochs=0.5"]
+
+
+def only_record(root):
+    [path] = sorted(root.glob("*/*/*/results.json"))
+    return path, json.loads(path.read_text())
+
+
+def crash_at_epoch_1(self):
+    if self.current_epoch == 1:
+        raise RuntimeError("simulated crash\nwith a second line")
+
+
+def test_resumed_run_matches_uninterrupted_and_same_seed_repeats(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    straight = [*TWO_EPOCHS, f"--run.root={tmp_path / 'a'}"]
+    assert train.main(straight) == 0
+    _, a = only_record(tmp_path / "a")
+    assert a["status"] == "completed" and [h["epoch"] for h in a["history"]] == [0, 1]
+
+    again = [*TWO_EPOCHS, f"--run.root={tmp_path / 'again'}"]
+    assert train.main(again) == 0
+    assert only_record(tmp_path / "again")[1]["history"] == a["history"]  # same seed, same numbers
+
+    crashing = [*TWO_EPOCHS, f"--run.root={tmp_path / 'b'}"]
+    with monkeypatch.context() as patch:
+        patch.setattr(ViTClassifier, "on_train_epoch_start", crash_at_epoch_1, raising=False)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            train.main(crashing)
+    path, b = only_record(tmp_path / "b")
+    assert b["status"] == "failed" and b["error"] == "RuntimeError: simulated crash with a second line"
+    assert [h["epoch"] for h in b["history"]] == [0] and (path.parent / "last.ckpt").is_file()
+
+    assert train.main(crashing) == 0  # the identical command resumes from last.ckpt
+    path_b, b = only_record(tmp_path / "b")
+    assert path_b == path and b["status"] == "completed" and b["error"] is None
+    assert b["history"] == a["history"]
+    assert b["metrics"] == a["metrics"]
+    assert b["started_at"] <= b["finished_at"]
+
+
+def test_completed_run_is_skipped_unless_retrain(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = [*TINY, "--trainer.max_epochs=1"]
+    assert train.main(argv) == 0
+    path, first = only_record(tmp_path / "runs")
+    capsys.readouterr()
+    assert train.main(argv) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == [f"vit-ablate fit: skipped, run already completed; record: {path.relative_to(tmp_path)}"]
+    assert json.loads(path.read_text()) == first
+    assert train.main([*argv, "--run.retrain=true"]) == 0  # same dir: retrain is not part of the run's identity
+    path2, second = only_record(tmp_path / "runs")
+    assert path2 == path and second["status"] == "completed" and second["history"] == first["history"]
+    assert len((path.parent / "metrics.csv").read_text().splitlines()) == 1 + 2  # header + val row + train row
+
+
+def test_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert train.main([*TINY, "--trainer.max_epochs=1", "--model.pos_encoding=learned_2d",
+                       "--model.hybrid_layers=[2, 2]"]) == 0
+    path, _ = only_record(tmp_path / "runs")
+    ckpt = torch.load(path.parent / "last.ckpt", weights_only=True, map_location="cpu")
+    hp = ckpt["hyper_parameters"]
+    assert hp["pos_encoding"] == "learned_2d" and hp["hybrid_layers"] == [2, 2] and hp["num_classes"] == 10
+    model = ViTClassifier(**hp)
+    model.load_state_dict(ckpt["state_dict"])
+    assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+
+
+def test_non_finite_loss_stops_and_records_diverged(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [*TINY, "--trainer.max_epochs=3", "--trainer.limit_train_batches=6", "--model.lr=1e8",
+            "--trainer.gradient_clip_val=null", "--trainer.log_every_n_steps=1", "--model.warmup_epochs=0"]
+    assert train.main(argv) == 0
+    _, record = only_record(tmp_path / "runs")
+    assert record["status"] == "diverged" and record["metrics"]["epochs"] <= 1
+    assert record["metrics"]["steps"] < 6 * 3
+    json.dumps(record, allow_nan=False)  # NaN never reaches the JSON
+
+
+def test_wandb_offline_writes_a_local_run(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.chdir(tmp_path)
+    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SWEEP_ID", "WANDB_RUN_ID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    assert train.wandb_mode("auto") is None  # no agent, no credentials: off
+    monkeypatch.setenv("WANDB_SWEEP_ID", "abc123")
+    assert train.wandb_mode("auto") == "offline"  # under an agent without credentials: offline
+    monkeypatch.delenv("WANDB_SWEEP_ID")
+    assert train.main([*TINY, "--trainer.max_epochs=1", "--run.wandb=offline", "--run.wandb_project=p"]) == 0
+    path, record = only_record(tmp_path / "runs")
+    assert record["wandb"]["run_id"] and record["wandb"]["project"] == "p"
+    assert list((path.parent / "wandb").glob(f"offline-run-*-{record['wandb']['run_id']}"))
+
+
+# The console script beside this interpreter (this venv's), else the one on PATH.
+SCRIPT = shutil.which("vit-ablate", path=os.path.dirname(sys.executable)) or shutil.which("vit-ablate")
+
+
+@pytest.mark.skipif(SCRIPT is None, reason="vit-ablate console script not installed")
+def test_ddp_two_cpu_processes_write_one_record(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    argv = [SCRIPT, "fit", *TINY, "--trainer.max_epochs=2", "--trainer.devices=2", "--trainer.strategy=ddp",
+            "--run.root=runs"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    path, record = only_record(tmp_path / "runs")
+    assert record["status"] == "completed" and record["compute"]["num_devices"] == 2
+    assert record["config"]["trainer.devices"] == 2 and len(record["history"]) == 2
+    kept = sorted(p.name for p in path.parent.iterdir() if p.suffix in (".json", ".ckpt"))
+    assert kept == ["last.ckpt", "results.json"]  # one record, one checkpoint
+    assert [p.name for p in tmp_path.iterdir()] == ["runs"]  # nothing else written, on any rank
+
+
+def test_crash_before_training_is_recorded_as_failed(tmp_path, monkeypatch):
+    from vit_lightning.data import ViTDataModule
+
+    monkeypatch.chdir(tmp_path)
+
+    def broken_setup(self, stage=None):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(ViTDataModule, "setup", broken_setup)
+    with pytest.raises(OSError):
+        train.main([*TINY, "--trainer.max_epochs=1"])
+    _, record = only_record(tmp_path / "runs")
+    assert record["status"] == "failed" and record["error"] == "OSError: disk on fire"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_progress_rich_in_a_terminal_plain_lines_in_logs(tty, tmp_path, monkeypatch):
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    monkeypatch.chdir(tmp_path)
+    if tty:
+        monkeypatch.setattr(sys, "stdout", _Terminal())
+    cli = train.FitCLI([*TINY, "--trainer.max_epochs=1"])
+    kinds = {type(c) for c in cli.trainer.callbacks}
+    assert (RichProgressBar in kinds) == tty and (train.EpochPrinter in kinds) == (not tty)
+    bar = cli.trainer.progress_bar_callback  # None: Lightning's TQDM bar is off
+    assert isinstance(bar, RichProgressBar) if tty else bar is None
+    assert list(tmp_path.iterdir()) == []  # building the CLI writes nothing
