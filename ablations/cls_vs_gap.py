@@ -37,8 +37,8 @@ ABLATION = Ablation(
     reference_note="Figure 9 plots ViT-B/16 ImageNet 5-shot linear top-1 over training: CLS at lr 8e-4 and "
     "GAP at lr 3e-4 end alike, GAP at lr 8e-4 ends lower (curves only, no cell values)",
     profiles={
-        "demo": profile("demo", grid("demo"), description="mnist5k, micro ViT/7, 5 epochs, 1 seed, CPU"),
-        "cifar10": profile("cifar10", grid("cifar10"), description="CIFAR-10, ViT-S/4, 100 epochs, 3 seeds"),
-        "imagenet": profile("imagenet", grid("imagenet"), description="ImageNet, ViT-B/16, 100 epochs, 3 seeds"),
+        "demo": profile("demo", grid("demo"), description="mnist5k, micro ViT/7, CPU"),
+        "cifar10": profile("cifar10", grid("cifar10"), description="CIFAR-10, ViT-S/4"),
+        "imagenet": profile("imagenet", grid("imagenet"), description="ImageNet, ViT-B/16"),
     },
 )

@@ -33,9 +33,9 @@ ABLATION = Ablation(
     profiles={
         name: profile(name, {STEM: ["patch", "hybrid"]}, fixed=FIXED[name], description=desc)
         for name, desc in [
-            ("demo", "mnist5k, micro ViT/7 vs 2-stage ResNet (stride 8) + micro ViT, 5 epochs, 1 seed, CPU"),
-            ("cifar10", "CIFAR-10, ViT-S/8 vs 2-stage R50 (stride 8) + ViT-S, 100 epochs, 3 seeds"),
-            ("imagenet", "ImageNet, ViT-B/16 vs R50+ViT-B/16, 100 epochs, 3 seeds"),
+            ("demo", "mnist5k, micro ViT/7 vs 2-stage ResNet (stride 8) + micro ViT, CPU"),
+            ("cifar10", "CIFAR-10, ViT-S/8 vs 2-stage R50 (stride 8) + ViT-S"),
+            ("imagenet", "ImageNet, ViT-B/16 vs R50+ViT-B/16"),
         ]
     },
 )

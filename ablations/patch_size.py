@@ -26,9 +26,9 @@ ABLATION = Ablation(
     profiles={
         name: profile(name, {PATCH: SIZES[name]}, description=desc)
         for name, desc in [
-            ("demo", "mnist5k, micro ViT, 5 epochs, 1 seed, CPU"),
-            ("cifar10", "CIFAR-10, ViT-S, 100 epochs, 3 seeds"),
-            ("imagenet", "ImageNet, ViT-B, 100 epochs, 3 seeds"),
+            ("demo", "mnist5k, micro ViT, CPU"),
+            ("cifar10", "CIFAR-10, ViT-S"),
+            ("imagenet", "ImageNet, ViT-B"),
         ]
     },
 )

@@ -94,9 +94,15 @@ def first_train_batch(seed, **kw):
     return next(iter(dm.train_dataloader()))
 
 
+def test_digits_are_neither_cropped_nor_flipped_by_default():
+    dm = ViTDataModule()
+    assert (dm.random_crop, dm.flip) == (False, False)
+    assert ViTDataModule(random_crop=True, flip=True).random_crop is True
+
+
 def test_augment_off_gives_plain_images_on_shifts_them():
     x_off, y_off = first_train_batch(0, random_crop=False)
-    x_on, y_on = first_train_batch(0)  # same seed: same shuffle order, then crops
+    x_on, y_on = first_train_batch(0, random_crop=True)  # same seed: same shuffle order, then crops
     assert torch.equal(y_off, y_on) and x_off.shape == x_on.shape == (256, 1, 28, 28)
     dm = ViTDataModule()
     dm.setup()

@@ -64,7 +64,7 @@ def test_record_layout_and_name(tmp_path, monkeypatch):
     assert train.main(argv) == 0  # default run.root is ./runs
     [path] = records(tmp_path / "runs")
     assert path.parent.parent == tmp_path / "runs" / "pos_encoding" / "demo"
-    assert path.parent.name.startswith("mnist5k-micro-p7-learned_2d-stem-cls-lr0.004-s3-")
+    assert path.parent.name.startswith("mnist5k-micro-p7-learned_2d-stem-cls-lr0.002-s3-")
     record = json.loads(path.read_text())
     assert (record["ablation"], record["profile"], record["config"]["seed_everything"]) == ("pos_encoding", "demo", 3)
     assert set(record) >= {"schema", "name", "status", "config", "metrics", "history", "compute", "versions",

@@ -353,6 +353,7 @@ def test_tiny_sweep_then_table(tmp_path, monkeypatch):
     pos = ablations.load("pos_encoding")
     config = next(c for _, c in yamls.sweep_configs(pos, "demo") if "none" in str(c["parameters"][ENC]))
     config["parameters"][ENC] = {"values": ["none", "relative_1d"]}
+    config["parameters"]["seed_everything"] = {"values": [0]}
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(config))
     monkeypatch.chdir(tmp_path)
     fast = ["--set", "trainer.limit_train_batches=2", "--set", "trainer.limit_val_batches=2"]

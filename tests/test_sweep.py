@@ -197,8 +197,9 @@ def test_dry_run_lists_every_table8_cell_and_ours(capsys):
     code, out, _ = run_cli(["pos_encoding", "--dry-run"], capsys)
     assert code == 0
     lines = out.strip().splitlines()
-    cells = [(a["model.pos_encoding"], a["model.pos_injection"]) for a in map(parse_line, lines)]
-    assert len(cells) == len(set(cells)) == 11
+    trials = [(a["model.pos_encoding"], a["model.pos_injection"], a["seed_everything"]) for a in map(parse_line, lines)]
+    cells = [trial[:2] for trial in trials]
+    assert len(trials) == len(set(trials)) == 11 * len(load("pos_encoding").profiles["demo"].seeds)
     assert set(load("pos_encoding").reference) <= set(cells)  # every cell the paper ran
     assert set(cells) == {(e, i) for e, injs in INJECTIONS_ALLOWED.items() for i in injs}  # plus ours
     assert all(parse_line(x)["run.profile"] == "demo" for x in lines)

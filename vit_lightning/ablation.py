@@ -102,16 +102,26 @@ class Ablation:
 # Settings every ablation shares per profile; an ablation file overrides what it studies.
 # GPU profiles leave trainer.devices=auto so each trial uses all GPUs its agent was given
 # (CUDA_VISIBLE_DEVICES), i.e. `--gpus-per-agent K` decides the DDP width.
+GPU_TRAINING = {  # AdamW recipe shared by the GPU profiles: 100 epochs, 5 warm-up, bf16 on every visible GPU
+    "model.lr": 0.001,
+    "model.weight_decay": 0.05,
+    "model.warmup_epochs": 5,
+    "model.label_smoothing": 0.1,
+    "trainer.max_epochs": 100,
+    "trainer.accelerator": "gpu",
+    "trainer.devices": "auto",
+    "trainer.precision": "bf16-mixed",
+}
 BASE: dict[str, dict[str, Any]] = {
-    "demo": {  # offline CPU demo: the embedded 5k-image MNIST, a micro ViT/7 (16 tokens), 5 short epochs
+    "demo": {  # offline CPU demo: the embedded 5k-image MNIST, a micro ViT/7 (16 tokens), ~40 s a trial
         "data.name": "mnist5k",
-        "data.batch_size": 64,  # 63 steps an epoch: a ViT needs steps more than it needs big batches
-        "data.random_crop": False,  # augmentation only slows a 5-epoch run down
+        "data.batch_size": 32,  # 125 steps an epoch: a small ViT needs steps more than big batches
+        "data.random_crop": False,  # augmentation only slows a 12-epoch run down
         "model.variant": "micro",
         "model.patch_size": 7,
         "model.lr": 0.002,
-        "model.warmup_epochs": 0.5,
-        "trainer.max_epochs": 5,
+        "model.warmup_epochs": 1,
+        "trainer.max_epochs": 12,
         "trainer.accelerator": "cpu",
         "trainer.devices": 1,
     },
@@ -124,14 +134,7 @@ BASE: dict[str, dict[str, Any]] = {
         "data.randaugment": True,
         "model.variant": "S",
         "model.patch_size": 4,
-        "model.lr": 0.001,
-        "model.weight_decay": 0.05,
-        "model.warmup_epochs": 5,
-        "model.label_smoothing": 0.1,
-        "trainer.max_epochs": 100,
-        "trainer.accelerator": "gpu",
-        "trainer.devices": "auto",
-        "trainer.precision": "bf16-mixed",
+        **GPU_TRAINING,
     },
     "imagenet": {  # ViT-B/16 from scratch at 224 px, DeiT-style augmentation, 100 epochs
         "data.name": "imagefolder",
@@ -144,24 +147,23 @@ BASE: dict[str, dict[str, Any]] = {
         "data.cutmix_alpha": 1.0,
         "model.variant": "B",
         "model.patch_size": 16,
-        "model.lr": 0.001,
-        "model.weight_decay": 0.05,
-        "model.warmup_epochs": 5,
-        "model.label_smoothing": 0.1,
-        "trainer.max_epochs": 100,
-        "trainer.accelerator": "gpu",
-        "trainer.devices": "auto",
-        "trainer.precision": "bf16-mixed",
+        **GPU_TRAINING,
     },
 }
-SEEDS = {"demo": (0,), "cifar10": (0, 1, 2), "imagenet": (0, 1, 2)}
+SEEDS = {"demo": (0, 1), "cifar10": (0, 1, 2), "imagenet": (0, 1, 2)}
 
 
 def profile(name: str, grids, fixed: dict | None = None, seeds=None, description: str = "") -> Profile:
-    """A Profile on top of BASE[name]: `fixed` overrides the base, keys swept by `grids` leave it."""
+    """A Profile on top of BASE[name]: `fixed` overrides the base, keys swept by `grids` leave it.
+
+    The description gets the budget appended from the settings themselves, so it cannot go stale.
+    """
     grids = (grids,) if isinstance(grids, dict) else tuple(grids)
     base = {k: v for k, v in BASE[name].items() if k not in grids[0]}
-    return Profile(name, {**base, **(fixed or {})}, grids, tuple(seeds or SEEDS[name]), description)
+    fixed = {**base, **(fixed or {})}
+    seeds = tuple(seeds or SEEDS[name])
+    budget = f"{fixed['trainer.max_epochs']} epochs, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}"
+    return Profile(name, fixed, grids, seeds, ", ".join(filter(None, [description, budget])))
 
 
 def ablations_dir() -> Path:

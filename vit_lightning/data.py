@@ -29,6 +29,7 @@ class Source:
     native_size: int  # side of the stored images (imagefolder: the default model size)
     stats: tuple[tuple[float, ...], tuple[float, ...]]  # per-channel (mean, std) in [0, 1] units
     default_flip: bool
+    default_crop: bool  # random crop on by default (off for digits: a short demo learns faster without)
     in_memory: bool  # True: load() returns uint8 tensors; False: load() returns Datasets
 
     def __init__(self, root: str, download: bool, val_split: float, split_seed: int):
@@ -76,7 +77,7 @@ class Mnist5k(Source):
     """The embedded default: 5,000 real MNIST digits, fixed stratified train/val split."""
 
     num_classes, in_chans, native_size = 10, 1, 28
-    stats, default_flip, in_memory = MNIST_STATS, False, True
+    stats, default_flip, default_crop, in_memory = MNIST_STATS, False, False, True
 
     def load(self, train_tf=None, val_tf=None):
         x, y = read_mnist5k()
@@ -87,7 +88,7 @@ class Mnist5k(Source):
 class _Cifar(Source):
     """CIFAR through torchvision's loader; its train split for fit, its test split as val."""
 
-    native_size, in_chans, default_flip, in_memory = 32, 3, True, True
+    native_size, in_chans, default_flip, default_crop, in_memory = 32, 3, True, True, True
     tv_class: type = datasets.CIFAR10
     name = "cifar10"
 
@@ -136,7 +137,7 @@ class ImageFolder(Source):
     """root/train/<class>/*.png and root/val/<class>/*.png, decoded per sample (use num_workers)."""
 
     in_chans, native_size = 3, 224  # the loader converts every image to RGB
-    stats, default_flip, in_memory = IMAGENET_STATS, True, False
+    stats, default_flip, default_crop, in_memory = IMAGENET_STATS, True, True, False
 
     def __init__(self, root: str, download: bool, val_split: float, split_seed: int):
         super().__init__(root, download, val_split, split_seed)
@@ -297,14 +298,14 @@ class ViTDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         img_size: int | None = None,
         val_split: float = 0.2,
-        random_crop: bool = True,
+        random_crop: bool | None = None,
         flip: bool | None = None,
         randaugment: bool = False,
         mixup_alpha: float = 0.0,
         cutmix_alpha: float = 0.0,
         split_seed: int = 0,
     ):
-        """name: mnist5k | cifar10 | cifar100 | imagefolder; flip=None: the dataset's default."""
+        """name: mnist5k | cifar10 | cifar100 | imagefolder; random_crop/flip=None: the dataset's default."""
         super().__init__()
         self.save_hyperparameters()
         _check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha)
@@ -312,6 +313,7 @@ class ViTDataModule(pl.LightningDataModule):
         self.source = SOURCES[name](root, download, val_split, split_seed)
         self._img_size = img_size or self.source.native_size
         self.flip = self.source.default_flip if flip is None else flip
+        self.random_crop = self.source.default_crop if random_crop is None else random_crop
         self.mixer = make_mixer(mixup_alpha, cutmix_alpha, self.source.num_classes)
         self.train_set = self.val_set = None
 
@@ -336,11 +338,11 @@ class ViTDataModule(pl.LightningDataModule):
             return
         hp, src = self.hparams, self.source
         if src.in_memory:
-            train_tf, val_tf, crop = memory_transforms(src.native_size, hp.random_crop, self.flip, hp.randaugment)
+            train_tf, val_tf, crop = memory_transforms(src.native_size, self.random_crop, self.flip, hp.randaugment)
             (xt, yt), (xv, yv) = src.load()
             self.train_set, self.val_set = TensorImages(xt, yt, train_tf), TensorImages(xv, yv, val_tf)
         else:
-            train_tf, val_tf, crop = folder_transforms(self.img_size, hp.random_crop, self.flip, hp.randaugment)
+            train_tf, val_tf, crop = folder_transforms(self.img_size, self.random_crop, self.flip, hp.randaugment)
             self.train_set, self.val_set = src.load(train_tf, val_tf)
         mean, std = src.stats
         self.train_collate = BatchCollate(mean, std, self.img_size, **crop)

@@ -39,7 +39,7 @@ class ViTClassifier(pl.LightningModule):
         in_chans: int = 3,
         num_classes: int = 1000,
         optimizer: str = "adamw",
-        lr: float = 4e-3,
+        lr: float = 2e-3,
         weight_decay: float = 0.05,
         momentum: float = 0.9,
         warmup_epochs: float = 1.0,

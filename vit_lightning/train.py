@@ -30,10 +30,10 @@ from vit_lightning.data import ViTDataModule
 from vit_lightning.module import ViTClassifier
 from vit_lightning.record import FINAL, RECORD, RunRecord, canonical, flatten, read_record, run_dir
 
-# Demo defaults (with ViTClassifier's patch_size=7, lr=4e-3): micro on mnist5k reaches ~83% val acc in
-# 20 epochs, about a minute on 2 CPU cores. GPU users add --trainer.precision=bf16-mixed (and
+# Demo defaults (with ViTClassifier's patch_size=7, lr=2e-3 and batches of 32): micro on mnist5k
+# reaches about 90% val acc in 12 epochs, under a minute on 2 CPU cores. GPU users add --trainer.precision=bf16-mixed (and
 # --trainer.deterministic=true for bitwise repeats); CPU kernels repeat exactly for a fixed seed already.
-TRAINER_DEFAULTS = {"max_epochs": 20, "gradient_clip_val": 1.0, "log_every_n_steps": 10}
+TRAINER_DEFAULTS = {"max_epochs": 12, "gradient_clip_val": 1.0, "log_every_n_steps": 10}
 LINKED = ("num_classes", "in_chans", "img_size")  # data -> model, at instantiation
 WANDB_MODES = ("auto", "online", "offline", "off")
 
@@ -57,6 +57,7 @@ class FitCLI(LightningCLI):
         parser.add_argument("--run.wandb", type=Literal[WANDB_MODES], default="auto",
                             help="auto: on under a W&B agent or with credentials (offline without them).")
         parser.add_argument("--run.wandb_project", type=str | None, default=None, help="W&B project.")
+        parser.set_defaults({"data.batch_size": 32})  # the CPU demo: many small steps suit a small ViT
         for key in LINKED:
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
 
