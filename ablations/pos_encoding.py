@@ -12,12 +12,14 @@ Run:  vit-ablate sweep pos_encoding                      # demo: mnist5k, micro 
 from vit_lightning.ablation import METRIC, Ablation, profile
 
 ENC, INJ = "model.pos_encoding", "model.pos_injection"
-# The model allows every injection only for learned tables; sincos_2d is fixed so it can be
-# added at the stem or shared across layers; none and the relative ones act at the stem.
+# Rectangular blocks in the paper's row order (none, 1-D, 2-D, then ours and relative). Learned
+# tables go everywhere; the fixed sincos_2d at the stem or shared by every layer; none and the
+# relative encodings (which act inside every attention layer already) only at the stem.
 GRIDS = (
+    {ENC: ["none"], INJ: ["stem"]},
     {ENC: ["learned_1d", "learned_2d"], INJ: ["stem", "every_layer", "every_layer_shared"]},
-    {ENC: ["none", "relative_1d", "relative_bias_2d"], INJ: ["stem"]},
     {ENC: ["sincos_2d"], INJ: ["stem", "every_layer_shared"]},
+    {ENC: ["relative_1d", "relative_bias_2d"], INJ: ["stem"]},
 )
 
 ABLATION = Ablation(

@@ -156,7 +156,7 @@ def test_pos_encoding_table(tmp_path):
     assert re.search(r"\| sincos_2d +\| n=1: no test +\| missing", tests)
     assert re.search(r"\| none +\| p<0\.001 +\| N/A", tests)
     assert ("every encoding beats none by more than seed noise: cannot tell (n<2: sincos_2d)" in md
-            and "within seed noise of the best): no (learned_2d)" in md)
+            and "within seed noise of the best): not shown for learned_2d" in md)
     # failed, diverged and running runs are listed with status and error
     listed = md[md.index("## Runs not averaged"):]
     assert "| failed" in listed and "CUDA out of memory" in listed and "traceback" not in listed

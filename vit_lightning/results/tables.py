@@ -264,10 +264,10 @@ def _alike(values: list[float], best: list[float]) -> bool | None:
 
 
 def _with_exceptions(flags: dict[Any, bool | None]) -> str:
-    """'yes', or 'no (x, y)' naming those that fail, or 'cannot tell (n=1: z)'."""
+    """'yes', or 'not shown for x, y' naming those that fail the test, or 'cannot tell (n<2: z)'."""
     answer = verdict(list(flags.values()))
     if answer == "no":
-        return f"no ({', '.join(str(k) for k, f in flags.items() if f is False)})"
+        return f"not shown for {', '.join(str(k) for k, f in flags.items() if f is False)}"
     if answer == "cannot tell":
         return f"cannot tell (n<2: {', '.join(str(k) for k, f in flags.items() if f is None) or 'nothing to compare'})"
     return answer
