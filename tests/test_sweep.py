@@ -259,12 +259,13 @@ def test_wandb_backend_creates_sweeps_and_pins_agents(monkeypatch, capsys):
     code, out, err = run_cli(["pos_encoding", "--profile", "imagenet", "--backend", "wandb", "--gpus-per-agent", "2",
                               "--entity", "me", "--project", "vit", "--print-agent-cmd"], capsys)
     assert code == 0, err
-    assert [c["name"] for c in created] == ["pos_encoding-imagenet-1", "pos_encoding-imagenet-2", "pos_encoding-imagenet-3"]
+    blocks = range(1, len(load("pos_encoding").profiles["imagenet"].grids) + 1)  # one W&B sweep per grid block
+    assert [c["name"] for c in created] == [f"pos_encoding-imagenet-{i}" for i in blocks]
     lines = out.strip().splitlines()
     assert len(lines) == 4
     for k, line in enumerate(lines):
         assert line.startswith(f"CUDA_VISIBLE_DEVICES={2 * k},{2 * k + 1} ")
-        assert all(" agent " in line and f"me/vit/id{i}" in line for i in (1, 2, 3))
+        assert all(" agent " in line and f"me/vit/id{i}" in line for i in blocks)
     # a fixed trainer.devices that disagrees with the agents' GPUs is refused
     code, _, err = run_cli(["pos_encoding", "--profile", "imagenet", "--backend", "wandb", "--gpus-per-agent", "2",
                             "--set", "trainer.devices=8", "--print-agent-cmd"], capsys)

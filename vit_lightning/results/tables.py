@@ -195,10 +195,14 @@ def build_lr(data: Data) -> Report:
     tables.append(own)
     seen = "cannot tell: fewer than two poolings have finished runs"
     if len(best) > 1:
-        top = best[best["best"]].iloc[0]["values"]
-        same = {b[pool]: _alike(b["values"], top) for _, b in best.iterrows() if not b["best"]}
+        winner = best[best["best"]].iloc[0]
+        same = {b[pool]: _alike(b["values"], winner["values"]) for _, b in best.iterrows() if not b["best"]}
+        answer = _with_exceptions(same)
+        if answer.startswith("not shown"):
+            behind = ", ".join(str(k) for k, f in same.items() if f is False)
+            answer = f"no, {winner[pool]} beats {behind} by more than seed noise"
         lrs_text = ", ".join(f"{b[pool]} {fmt_value(b[lr])}" for _, b in best.iterrows())
-        seen = (f"the poolings reach the same accuracy at their own best learning rates: {_with_exceptions(same)}; "
+        seen = (f"the poolings reach the same accuracy at their own best learning rates: {answer}; "
                 f"best learning rates: {lrs_text} (they differ: {'yes' if best[lr].nunique() > 1 else 'no'})")
     figures = [("lr_curve.png", "accuracy vs learning rate per pooling", lambda p: _lr_curve(data, cells, p)),
                ("training_curves.png", "validation accuracy per epoch", lambda p: _training_curves(data, best, cells, p))]
