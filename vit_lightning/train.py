@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import logging
 import os
 import random
 import sys
@@ -260,6 +261,8 @@ def _quiet() -> None:
                     ".*Experiment logs directory .* exists and is not empty.*",
                     ".*Checkpoint directory .* exists and is not empty.*", r".*isinstance\(treespec, LeafSpec\).*"):
         warnings.filterwarnings("ignore", message=pattern)
+    # "Seed set to N" would otherwise stand before a bad option's one-line error; the record keeps the seed.
+    logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:
