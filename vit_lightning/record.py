@@ -8,7 +8,6 @@ import math
 import os
 import platform
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,10 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
+from vit_lightning.bookkeeping import now, write_atomic
+
 SCHEMA = 1
 RECORD = "results.json"
-FINAL = ("completed", "diverged")  # a re-run skips these unless --run.retrain=true
 # Keys that do not change what is trained: bookkeeping (already in the path) and display switches.
 NOT_IDENTITY = ("run.", "trainer.enable_progress_bar", "trainer.enable_model_summary")
 HISTORY_KEYS = ("val/acc", "val/acc5", "val/loss", "train/loss", "train/acc")
@@ -85,10 +85,7 @@ def read_record(directory: Path) -> dict | None:
 
 def write_record(directory: Path, record: dict) -> None:
     """Atomic write: readers never see a half-written results.json."""
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(_plain(record), indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, directory / RECORD)
+    write_atomic(directory / RECORD, (json.dumps(_plain(record), indent=2, allow_nan=False) + "\n").encode())
 
 
 def versions() -> dict[str, str]:
@@ -119,10 +116,6 @@ def gflops_per_image(model: torch.nn.Module, in_chans: int, img_size) -> float:
     finally:
         model.train(was_training)
     return counter.get_total_flops() / 2 / 1e9  # FlopCounterMode counts 2 FLOPs per multiply-add
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def one_line(error: BaseException) -> str:

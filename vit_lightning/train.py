@@ -27,9 +27,10 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from torch.utils.data import DataLoader
 
+from vit_lightning.bookkeeping import FINAL, RUN_DEFAULTS, wandb_credentials
 from vit_lightning.data import ViTDataModule
 from vit_lightning.module import ViTClassifier
-from vit_lightning.record import FINAL, RECORD, RunRecord, canonical, flatten, read_record, run_dir
+from vit_lightning.record import RECORD, RunRecord, canonical, flatten, read_record, run_dir
 
 # Demo defaults (with ViTClassifier's patch_size=7, lr=2e-3 and batches of 32): micro on mnist5k
 # reaches about 90% val acc in 12 epochs, under a minute on 2 CPU cores. GPU users add --trainer.precision=bf16-mixed (and
@@ -51,9 +52,12 @@ class FitCLI(LightningCLI):
         )
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.add_argument("--run.root", type=str, default="runs", help="Directory that holds all run records.")
-        parser.add_argument("--run.ablation", type=str, default="adhoc", help="Ablation this run belongs to.")
-        parser.add_argument("--run.profile", type=str, default="local", help="Profile (demo, cifar10, ...).")
+        parser.add_argument("--run.root", type=str, default=RUN_DEFAULTS["run.root"],
+                            help="Directory that holds all run records.")
+        parser.add_argument("--run.ablation", type=str, default=RUN_DEFAULTS["run.ablation"],
+                            help="Ablation this run belongs to.")
+        parser.add_argument("--run.profile", type=str, default=RUN_DEFAULTS["run.profile"],
+                            help="Profile (demo, cifar10, ...).")
         parser.add_argument("--run.retrain", type=bool, default=False, help="Train again even if completed.")
         parser.add_argument("--run.wandb", type=Literal[WANDB_MODES], default="auto",
                             help="auto: on under a W&B agent or with credentials (offline without them).")
@@ -190,21 +194,10 @@ def wandb_mode(choice: str) -> str | None:
         return choice
     if choice == "off" or os.environ.get("WANDB_MODE") == "disabled":
         return None
-    credentials = bool(os.environ.get("WANDB_API_KEY")) or _netrc_has_wandb()
+    credentials = wandb_credentials()
     if os.environ.get("WANDB_SWEEP_ID") or credentials:
         return "online" if credentials and os.environ.get("WANDB_MODE") != "offline" else "offline"
     return None
-
-
-def _netrc_has_wandb() -> bool:
-    import netrc
-    from urllib.parse import urlparse
-
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
-    try:
-        return netrc.netrc().authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
 
 
 def make_loggers(directory: Path, config: dict) -> list:

@@ -11,7 +11,7 @@ import matplotlib.style
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullLocator
 
-from vit_lightning.results.records import write_atomic
+from vit_lightning.bookkeeping import write_atomic
 
 # start from matplotlib's defaults (not the user's matplotlibrc) and pin what could still vary
 STYLE = {"font.family": "DejaVu Sans", "font.size": 9, "figure.figsize": (5.0, 3.5), "figure.dpi": 100,

@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
+
+from vit_lightning.bookkeeping import write_atomic
 
 # W&B run state -> our record status (W&B has no "diverged"; see from_wandb_run)
 WANDB_STATES = {"finished": "completed", "running": "running", "pending": "running",
                 "crashed": "failed", "failed": "failed", "killed": "failed",
                 "preempting": "failed", "preempted": "failed"}
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write bytes to path via a temp file in the same folder, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def dump(record: dict) -> bytes:

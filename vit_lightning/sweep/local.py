@@ -17,18 +17,14 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from vit_lightning.sweep.trials import FINAL, Trial, executable, find_record
+from vit_lightning.bookkeeping import FINAL, now, write_atomic
+from vit_lightning.sweep.trials import Trial, executable, find_record
 
 STATE = ".sweep-state.json"
 GRACE_S = 60.0  # after forwarding a stop signal, wait this long before killing the groups
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def clock(seconds: float) -> str:
@@ -62,10 +58,7 @@ class State:
         with self._lock:
             path, data = self._data(trial)
             data["trials"].setdefault(trial.id, {"command": list(trial.command)}).update(fields)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-            os.replace(tmp, path)
+            write_atomic(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
 
 
 def status_of(trial: Trial, state: State) -> str:

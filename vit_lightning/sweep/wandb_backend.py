@@ -8,7 +8,6 @@ When an ablation needs several grid sweeps, each agent works through them in ord
 
 from __future__ import annotations
 
-import netrc
 import os
 import shlex
 import signal
@@ -18,8 +17,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
+from vit_lightning.bookkeeping import wandb_credentials
 from vit_lightning.sweep.validate import SweepError
 
 
@@ -38,18 +37,11 @@ class Agent:
 
 
 def has_credentials(env: dict | None = None, netrc_path: str | Path | None = None) -> bool:
-    """True when W&B can log in without asking: WANDB_API_KEY, or a netrc entry for the W&B host."""
+    """True when W&B is on and can log in without asking (WANDB_API_KEY, or a netrc entry for its host)."""
     env = os.environ if env is None else env
     if env.get("WANDB_MODE") in ("disabled", "offline", "dryrun"):
         return False
-    if env.get("WANDB_API_KEY"):
-        return True
-    host = urlparse(env.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
-    path = Path(netrc_path) if netrc_path else Path(env.get("NETRC", Path.home() / ".netrc"))
-    try:
-        return path.is_file() and netrc.netrc(str(path)).authenticators(host) is not None
-    except (netrc.NetrcParseError, OSError):
-        return False
+    return wandb_credentials(env, netrc_path)
 
 
 def agent_groups(gpus: list[str], gpus_per_agent: int | None = None, agents: int | None = None) -> list[list[str]]:
