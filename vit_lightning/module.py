@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
 from vit_lightning.model import ViT
+from vit_lightning.model.config import check_choice
 
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -66,8 +67,8 @@ class ViTClassifier(pl.LightningModule):
             label_smoothing: cross-entropy label smoothing (also applied to mixup/cutmix soft targets).
         """
         super().__init__()
-        _check_choice("model.optimizer", optimizer, OPTIMIZERS)
-        _check_choice("model.schedule", schedule, SCHEDULES)
+        check_choice("model.optimizer", optimizer, OPTIMIZERS)
+        check_choice("model.schedule", schedule, SCHEDULES)
         if lr <= 0 or weight_decay < 0 or warmup_epochs < 0 or not 0.0 <= label_smoothing < 1.0:
             raise ValueError(
                 "need model.lr > 0, model.weight_decay >= 0, model.warmup_epochs >= 0, 0 <= model.label_smoothing < 1;"
@@ -165,7 +166,3 @@ def _lr_factor(schedule: str, warmup: int, total: int):
 
     return factor
 
-
-def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"unknown {option}={value!r}; choose from: {', '.join(choices)}")

@@ -21,7 +21,7 @@ POS_ENCODINGS = tuple(ENCODINGS)
 POS_INJECTIONS = INJECTIONS
 
 
-def _check_choice(option: str, value, choices) -> None:
+def check_choice(option: str, value, choices) -> None:
     if value not in choices:
         raise ValueError(f"unknown {option}={value!r}; choose from: {', '.join(map(str, choices))}")
 
@@ -50,12 +50,12 @@ class ViTConfig:
     attn_dropout: float = 0.0
 
     def __post_init__(self):
-        _check_choice("variant", self.variant, VARIANTS)
-        _check_choice("pos_encoding", self.pos_encoding, POS_ENCODINGS)
-        _check_choice("pos_injection", self.pos_injection, POS_INJECTIONS)
-        _check_choice("pooling", self.pooling, POOLINGS)
-        _check_choice("stem", self.stem, STEMS)
-        _check_choice("head", self.head, HEADS)
+        check_choice("variant", self.variant, VARIANTS)
+        check_choice("pos_encoding", self.pos_encoding, POS_ENCODINGS)
+        check_choice("pos_injection", self.pos_injection, POS_INJECTIONS)
+        check_choice("pooling", self.pooling, POOLINGS)
+        check_choice("stem", self.stem, STEMS)
+        check_choice("head", self.head, HEADS)
         allowed = INJECTIONS_ALLOWED[self.pos_encoding]
         if self.pos_injection not in allowed:
             raise ValueError(
