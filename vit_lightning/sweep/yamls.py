@@ -67,9 +67,9 @@ def _generated(path: Path) -> bool:
     return path.read_text().startswith(MARKER)
 
 
-def out_of_sync(out_dir: Path) -> list[str]:
-    """File names that differ from, are missing in, or are stale in out_dir."""
-    want = expected_files()
+def out_of_sync(out_dir: Path, want: dict[str, str] | None = None) -> list[str]:
+    """File names that differ from, are missing in, or are stale in out_dir (want: expected_files())."""
+    want = expected_files() if want is None else want
     bad = [f for f, text in want.items() if not (out_dir / f).is_file() or (out_dir / f).read_text() != text]
     stale = [p.name for p in sorted(out_dir.glob("*.yaml")) if p.name not in want and _generated(p)]
     return sorted(bad + stale)
@@ -78,8 +78,8 @@ def out_of_sync(out_dir: Path) -> list[str]:
 def write(out_dir: Path) -> list[str]:
     """Write every sweep file, delete stale generated ones; return the names that changed."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    changed = out_of_sync(out_dir)
     want = expected_files()
+    changed = out_of_sync(out_dir, want)
     for name in changed:
         path = out_dir / name
         if name in want:
