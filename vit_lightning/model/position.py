@@ -128,7 +128,7 @@ def _offset_index(offsets: torch.Tensor, num_offsets: int, num_prefix: int) -> t
     (prefix query -> patch, patch query -> prefix, prefix -> prefix), as BEiT does for its [class] token."""
     if not num_prefix:
         return offsets
-    n, t = offsets.shape[0], offsets.shape[0] + num_prefix
+    t = offsets.shape[0] + num_prefix
     index = torch.full((t, t), num_offsets + 2, dtype=offsets.dtype)
     index[:num_prefix, num_prefix:] = num_offsets
     index[num_prefix:, :num_prefix] = num_offsets + 1
