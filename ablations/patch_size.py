@@ -21,6 +21,7 @@ ABLATION = Ablation(
     metric=METRIC,
     rows=PATCH,
     cols=None,
+    layout="compute",
     reference={32: 0.8073, 16: 0.8415},
     reference_note="ViT-B/32 and ViT-B/16 pre-trained 7 epochs on JFT-300M, ImageNet fine-tuned top-1 (Table 5)",
     profiles={

@@ -30,6 +30,8 @@ ABLATION = Ablation(
     metric=METRIC,
     rows=ENC,
     cols=INJ,
+    layout="grid",
+    baseline={ENC: "none"},  # the paper's claim: every other cell beats it
     reference={
         ("none", "stem"): 0.61382,
         ("learned_1d", "stem"): 0.64206,

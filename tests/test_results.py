@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
@@ -15,17 +18,20 @@ from vit_lightning import ablation as ablations
 from vit_lightning.ablation import Ablation, Profile
 from vit_lightning.results import cli, records
 from vit_lightning.results.frame import cell_frame, runs_frame
-from vit_lightning.results.stats import summarize, welch_p
+from vit_lightning.results.layouts import BUILDERS
+from vit_lightning.results.optimum import differ, optimum, peak, ratio
+from vit_lightning.results.stats import compare, fmt_p, holm, summarize, welch_p
 
-ENC, INJ, POOL, LR, PATCH, STEM = ("model.pos_encoding", "model.pos_injection", "model.pooling", "model.lr",
-                                   "model.patch_size", "model.stem")
+ENC, INJ, POOL, LR, PATCH, STEM, HEAD = ("model.pos_encoding", "model.pos_injection", "model.pooling", "model.lr",
+                                         "model.patch_size", "model.stem", "model.head")
 
 
-def make(name: str, rows: str, cols: str | None, grids, reference=None, seeds=(0, 1, 2)) -> Ablation:
+def make(name: str, rows: str, cols: str | None, grids, reference=None, seeds=(0, 1, 2), layout="grid",
+         baseline=None) -> Ablation:
     """A small ablation with a demo profile."""
-    demo = Profile("demo", {"data.name": "mnist5k", "trainer.max_epochs": 3}, tuple(grids), seeds, "test")
+    demo = Profile("demo", {"data.name": "mnist5k", "trainer.max_epochs": 3}, tuple(grids), tuple(seeds), "test")
     return Ablation(name, f"{name} title", "Table X", "the paper's finding", "val/acc_best", rows, cols,
-                    reference or {}, "paper note", {"demo": demo})
+                    reference or {}, "paper note", {"demo": demo}, layout, baseline)
 
 
 def write_run(root: Path, ab: Ablation, cell: dict, seed: int, acc: float | None, status="completed",
@@ -110,7 +116,48 @@ def test_stats_sample_std_and_welch():
     assert (mean, n) == (0.5, 1) and std != std  # one run: no std (NaN)
     assert welch_p([0.5], [0.6, 0.7]) is None  # n=1: no test
     assert welch_p([0.5, 0.5], [0.5, 0.5]) == 1.0 and welch_p([0.5, 0.5], [0.6, 0.6]) == 0.0
-    assert 0.2 < welch_p([0.79, 0.81, 0.80], [0.80, 0.82, 0.81]) < 0.4
+    a, b = [0.79, 0.81, 0.80, 0.83, 0.78], [0.80, 0.85, 0.84, 0.86, 0.83, 0.82]
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)  # Welch by hand
+    t = (np.mean(a) - np.mean(b)) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    assert welch_p(a, b) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9)
+    assert welch_p(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-12)
+
+
+def test_holm_adjusts_by_rank_and_stays_monotone():
+    # by hand: sorted 0.005, 0.01, 0.03, 0.04 over m=4 tests -> 0.02, 0.03, 0.06, max(0.04, 0.06)
+    assert holm([0.01, 0.04, 0.03, None, 0.005]) == pytest.approx([0.03, 0.06, 0.06, None, 0.02])
+    assert holm([0.5, 0.6]) == [1.0, 1.0] and holm([]) == [] and holm([None]) == [None]
+    comps = compare([[0.9, 0.91, 0.92], [0.5], [0.80, 0.81, 0.80], []], [0.80, 0.81, 0.82])
+    assert [c.outcome for c in comps[:2]] == ["higher", "no test (n<2)"] and comps[3].n == 0
+    p = [welch_p(v, [0.80, 0.81, 0.82]) for v in ([0.9, 0.91, 0.92], [0.80, 0.81, 0.80])]
+    assert [comps[0].holm, comps[2].holm] == pytest.approx(holm(p)) and comps[0].diff == pytest.approx(0.1)
+
+
+def test_peak_of_a_parabola_in_log_lr():
+    lrs = [0.00025 * 2**k for k in range(7)]
+    curve = lambda top: [0.9 - 0.05 * (math.log2(lr / top)) ** 2 for lr in lrs]  # noqa: E731
+    assert peak(lrs, curve(0.0015)) == pytest.approx(0.0015)  # off-grid vertex recovered
+    assert peak(lrs, curve(0.1)) == pytest.approx(lrs[-1])  # rising to the edge: clipped to the grid
+    assert peak(lrs, [0.5, 0.9, 0.6, 0.95, 0.6, 0.5, 0.4]) == pytest.approx(lrs[3] * 2 ** (0.35 / (0.35 + 0.35) - 0.5))
+    assert peak(lrs, [0.9, 0.5, 0.9, 0.1, 0.2, 0.3, 0.4]) == pytest.approx(lrs[0])  # convex: the best grid point
+    noise = [-0.004, -0.002, 0.0, 0.002, 0.004]
+    fit = optimum(lrs, [[y + e for e in noise] for y in curve(0.002)])
+    assert fit.lr == pytest.approx(0.002) and fit.low < 0.002 < fit.high and fit.edge == 0
+    assert 0.001 <= fit.low and fit.high <= 0.004  # within the three points around the best
+    again = optimum(lrs, [[y + e for e in noise] for y in curve(0.002)])
+    assert (again.low, again.high) == (fit.low, fit.high)  # a fixed generator: the same interval every time
+    far = optimum(lrs, [[y + e for e in noise] for y in curve(0.0005)], seed=1)
+    point, low, high = ratio(far, fit)
+    assert point == pytest.approx(0.25) and low <= 0.25 <= high < 1
+    single = optimum(lrs, [[y] for y in curve(0.002)])
+    assert single.low is None and ratio(single, fit)[1] is None and differ(single, fit) == "cannot tell (n<2)"
+    assert differ(far, fit) == "yes" and differ(fit, fit) == "not shown"
+    assert optimum(lrs, [[y + e for e in noise] for y in curve(0.0001)]).edge == -1
+    low_edge = dataclasses.replace(far, edge=-1)  # its optimum may be lower still: the difference only widens
+    assert differ(low_edge, fit) == "yes" and differ(fit, low_edge) == "yes"
+    high_edge = dataclasses.replace(far, edge=1)  # its optimum may be higher, up to fit's: cannot tell
+    assert differ(high_edge, fit).startswith("cannot tell") and differ(fit, high_edge).startswith("cannot tell")
 
 
 # ---- layouts -------------------------------------------------------------------------------------
@@ -118,7 +165,7 @@ def test_stats_sample_std_and_welch():
 POS = make("pos_encoding", ENC, INJ,
            [{ENC: ["none"], INJ: ["stem"]},
             {ENC: ["learned_1d", "learned_2d", "sincos_2d"], INJ: ["stem", "every_layer"]}],
-           reference={("none", "stem"): 0.61382, ("learned_1d", "stem"): 0.64206})
+           reference={("none", "stem"): 0.61382, ("learned_1d", "stem"): 0.64206}, baseline={ENC: "none"})
 
 
 def pos_runs(root: Path) -> None:
@@ -150,13 +197,29 @@ def test_pos_encoding_table(tmp_path):
     assert md_cells(md, "none") == ["none", "0.5100 ± 0.0100 (n=3)", "0.61382", "N/A", "N/A"]
     assert md_cells(md, "sincos_2d") == ["sincos_2d", "0.6000 (n=1)", "-", "missing", "-"]
     assert md_cells(md, "learned_2d")[3] == "0.7600 ± 0.0100 (n=3)"
-    # the test table: p vs the best, ≈ where not distinguishable, n=1 untested
-    tests = md[md.index("Welch t-test vs the best"):]
-    assert re.search(r"\| learned_1d +\| \*\*best\*\* +\| p=0\.\d+ ≈ best", tests)
-    assert re.search(r"\| sincos_2d +\| n=1: no test +\| missing", tests)
-    assert re.search(r"\| none +\| p<0\.001 +\| N/A", tests)
-    assert ("every encoding beats none by more than seed noise: cannot tell (n<2: sincos_2d)" in md
-            and "within seed noise of the best): not shown for learned_2d" in md)
+    # every cell against none (one Holm family of 4 testable cells) and against the best (another, of 2)
+    base = [0.50, 0.52, 0.51]
+    tested = {"learned_1d/stem": [0.80, 0.82, 0.81], "learned_1d/every_layer": [0.79, 0.81, 0.80],
+              "learned_2d/stem": [0.70, 0.72], "learned_2d/every_layer": [0.75, 0.76, 0.77]}
+    vs_none = dict(zip(tested, holm([welch_p(v, base) for v in tested.values()])))
+    rivals = {k: v for k, v in tested.items() if k != "learned_1d/stem"}
+    vs_best = dict(zip(rivals, holm([welch_p(v, tested["learned_1d/stem"]) for v in rivals.values()])))
+    tests = md[md.index("## Each cell against the baseline none/stem and against the best cell"):]
+    row = md_cells(tests, "learned_2d")  # the first learned_2d row: stem
+    assert row[:4] == ["learned_2d", "stem", "0.7100 ± 0.0141 (n=2)", "+0.2000"]
+    assert row[5].startswith(fmt_p(vs_none["learned_2d/stem"])) and row[8].startswith(
+        fmt_p(vs_best["learned_2d/stem"]))
+    assert row[9] == "1,234,567"
+    assert md_cells(tests, "none")[3:6] == ["baseline", "-", "-"]
+    assert md_cells(tests, "learned_1d")[2:7] == ["**0.8100 ± 0.0100 (n=3)**", "+0.3000", fmt_p(welch_p(
+        tested["learned_1d/stem"], base)), f"{fmt_p(vs_none['learned_1d/stem'])} (higher)", "best"]
+    assert md_cells(tests, "sincos_2d")[3:9] == ["+0.0900", "-", "-", "-0.2100", "-", "-"]  # n=1: no test
+    higher = sum(p < 0.05 for p in vs_none.values())
+    assert f"every other cell beats none/stem by more than seed noise (the paper's claim): " in md
+    assert f"{higher} of 5 cells with runs do (1 designed cells have no finished run)" in md
+    assert "no test for sincos_2d/stem (fewer than 2 finished runs)" in md
+    below = [k for k, p in vs_best.items() if p < 0.05]
+    assert f"cells below the best cell learned_1d/stem by more than seed noise: {below[0]}" in md
     # failed, diverged and running runs are listed with status and error
     listed = md[md.index("## Runs not averaged"):]
     assert "| failed" in listed and "CUDA out of memory" in listed and "traceback" not in listed
@@ -168,49 +231,128 @@ def test_pos_encoding_table(tmp_path):
     assert r"\textbf{0.8100 $\pm$ 0.0100 (n=3)}" in tex and r"learned\_1d" in tex
 
 
-CLS = make("cls_vs_gap", POOL, LR, [{POOL: ["cls", "gap"], LR: [0.0001, 0.0003, 0.001]}], seeds=(0, 1))
+LRS7 = [0.00025 * 2**k for k in range(7)]
+CLS = make("cls_vs_gap", POOL, LR, [{POOL: ["cls"], HEAD: ["mlp_tanh"], LR: LRS7},
+                                    {POOL: ["gap"], HEAD: ["linear"], LR: LRS7}], seeds=range(5), layout="lr_sweep")
 
 
-def test_cls_vs_gap_best_lr_per_pooling(tmp_path):
-    known = {("cls", 0.0001): [0.70, 0.72], ("cls", 0.0003): [0.80, 0.82], ("cls", 0.001): [0.90, 0.92],
-             ("gap", 0.0001): [0.84, 0.86], ("gap", 0.0003): [0.90, 0.91], ("gap", 0.001): [0.60, 0.62]}
-    for (pool, lr), accs in known.items():
-        for seed, acc in enumerate(accs):
-            hist = [{"epoch": e, "val/acc": acc * (e + 1) / 3} for e in range(3)]
-            write_run(tmp_path / "runs", CLS, {POOL: pool, LR: lr}, seed, acc, history=hist)
+def lr_runs(root: Path, ab: Ablation, tops: dict, heads: dict, key: str = POOL, skip=(), noise=0.002) -> None:
+    """Five seeds per cell on a parabola in log2(lr) peaking at tops[setup] with height 0.9, seed noise ±2 noise."""
+    for setup, top in tops.items():
+        for lr in LRS7:
+            if (setup, lr) in skip:
+                continue
+            for seed, step in enumerate([-2, -1, 0, 1, 2]):
+                acc = 0.9 - 0.05 * math.log2(lr / top) ** 2 + step * noise
+                hist = [{"epoch": e, "val/acc": acc * (e + 1) / 3} for e in range(3)]
+                cell = {key: setup, **({HEAD: heads[setup]} if heads else {}), LR: lr}
+                write_run(root, ab, cell, seed, acc, history=hist)
+
+
+def test_lr_sweep_places_each_optimum_and_tells_whether_they_differ(tmp_path):
+    lr_runs(tmp_path / "runs", CLS, {"cls": 0.002, "gap": 0.0005}, {"cls": "mlp_tanh", "gap": "linear"})
     out, md = table(CLS, tmp_path)
-    assert md_cells(md, "lr") == ["lr", "cls", "gap"]  # no paper values: no paper columns
-    assert md_cells(md, "0.001") == ["0.001", "**0.9100 ± 0.0141 (n=2)**", "0.6100 ± 0.0141 (n=2)"]
-    assert md_cells(md, "0.0003")[2] == "**0.9050 ± 0.0071 (n=2)**"
-    assert md_cells(md, "cls")[:3] == ["cls", "0.001", "**0.9100 ± 0.0141 (n=2)**"]
-    p = stats.ttest_ind([0.90, 0.91], [0.90, 0.92], equal_var=False).pvalue  # Welch, gap's best vs cls's best
-    assert md_cells(md, "gap")[:4] == ["gap", "0.0003", "0.9050 ± 0.0071 (n=2)", f"p={p:.3f} ≈ best"]
-    assert "same accuracy at their own best learning rates: yes" in md
-    assert "best learning rates: cls 0.001, gap 0.0003 (they differ: yes)" in md
+    assert md_cells(md, "lr") == ["lr", "cls/mlp_tanh", "gap/linear"]  # no paper values: no paper columns
+    assert md_cells(md, "0.002")[1] == "**0.9000 ± 0.0032 (n=5)**"
+    assert md_cells(md, "0.0005")[1:] == ["0.7000 ± 0.0032 (n=5)", "**0.9000 ± 0.0032 (n=5)**"]
+    cls_row, gap_row = md_cells(md, "cls/mlp_tanh"), md_cells(md, "gap/linear")
+    assert cls_row[1:4] == ["0.002", "**0.9000 ± 0.0032 (n=5)**", "0.002"]  # the fit finds the true peak
+    assert gap_row[1:4] == ["0.0005", "0.9000 ± 0.0032 (n=5)", "0.0005"] and cls_row[5] == "best"
+    low, high = (float(x) for x in gap_row[4].split(" to "))
+    assert 0.00025 <= low < 0.0005 < high <= 0.001
+    assert gap_row[5:] == ["+0.0000", "1.000", "1.000"]
+    assert "accuracy: no difference from cls/mlp_tanh shown" in md
+    assert "the optima of gap/linear and cls/mlp_tanh differ: yes (ratio 0.25, 95% interval" in md
     for png in ("lr_curve.png", "training_curves.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png})" in md
 
 
-def test_patch_size_and_hybrid_compute_tables(tmp_path):
-    ps = make("patch_size", PATCH, None, [{PATCH: [4, 7, 14]}], reference={7: 0.5}, seeds=(0,))
+def test_lr_sweep_with_equal_optima_and_gaps(tmp_path):
+    heads = {"cls": "mlp_tanh", "gap": "linear"}
+    lr_runs(tmp_path / "runs", CLS, {"cls": 0.002, "gap": 0.002}, heads, noise=0.01)
+    _, md = table(CLS, tmp_path)
+    assert "accuracy: no difference from cls/mlp_tanh shown (gap/linear Holm p=1.000" in md
+    assert re.search(r"the optima of gap/linear and cls/mlp_tanh differ: not shown \(ratio 1, 95% interval "
+                     r"0\.\d+ to 1\.\d+\)", md)
+
+    skip = {("gap", lr) for lr in LRS7[3:]}  # gap ran three learning rates only, its best at the grid's edge
+    lr_runs(tmp_path / "edge" / "runs", CLS, {"cls": 0.002, "gap": 0.002}, heads, skip=skip)
+    _, md = table(CLS, tmp_path / "edge")
+    assert md_cells(md, "0.004")[2] == "missing"
+    assert "the best grid point of gap/linear is at the grid's edge, so the optimum may lie outside" in md
+    assert "the optima of gap/linear and cls/mlp_tanh differ: cannot tell (an optimum at the grid's edge" in md
+    assert "accuracy: below cls/mlp_tanh by more than seed noise for gap/linear (-0.0500" in md  # 0.8500 at lr 0.001
+
+
+def test_compute_and_hybrid_tables(tmp_path):
+    ps = make("patch_size", PATCH, None, [{PATCH: [4, 7, 14]}], reference={7: 0.5}, seeds=(0,), layout="compute")
     for patch, acc, gflops in [(4, 0.9, 0.4), (7, 0.8, 0.1), (14, 0.7, 0.02)]:
         write_run(tmp_path / "runs", ps, {PATCH: patch}, 0, acc,
                   compute={"params": 1000 + patch, "gflops_per_image": gflops, "train_images_per_s": 500.0})
     out, md = table(ps, tmp_path)
-    assert md_cells(md, "patch_size") == ["patch_size", "accuracy", "paper", "vs best", "params", "GFLOPs/image",
-                                          "images/s"]
-    assert md_cells(md, "4") == ["4", "**0.9000 (n=1)**", "-", "**best**", "1,004", "0.4", "500.0"]
-    assert md_cells(md, "7")[1:4] == ["0.8000 (n=1)", "0.5", "n=1: no test"]
-    assert "accuracy falls as the patch size grows: yes" in md and "cannot tell (n=1)" in md
-    assert "smaller patches cost more GFLOPs: yes" in md and (out / "accuracy_vs_compute.png").exists()
+    assert md_cells(md, "patch_size") == ["patch_size", "accuracy", "paper", "Δ vs best", "p", "Holm p", "params",
+                                          "GFLOPs/image", "images/s"]
+    assert md_cells(md, "4") == ["4", "**0.9000 (n=1)**", "-", "best", "-", "-", "1,004", "0.4", "500.0"]
+    assert md_cells(md, "7")[1:6] == ["0.8000 (n=1)", "0.5", "-0.1000", "-", "-"]
+    assert "cell means rise with GFLOPs per image: yes" in md
+    assert "the costliest cell patch_size=4 beats the cheapest patch_size=14" in md and "cannot tell (n<2)" in md
+    assert (out / "accuracy_vs_compute.png").exists()
 
-    hy = make("hybrid", STEM, None, [{STEM: ["patch", "hybrid"]}], seeds=(0, 1))
+    hy = make("hybrid", STEM, None, [{STEM: ["patch", "hybrid"]}], seeds=(0, 1), baseline={STEM: "patch"})
     for seed, (p, h) in enumerate([(0.80, 0.85), (0.81, 0.86)]):
         write_run(tmp_path / "runs", hy, {STEM: "patch"}, seed, p)
         write_run(tmp_path / "runs", hy, {STEM: "hybrid"}, seed, h)
     _, md = table(hy, tmp_path)
-    assert md_cells(md, "hybrid")[1:3] == ["**0.8550 ± 0.0071 (n=2)**", "**best**"]
-    assert "the hybrid stem beats the patch stem by more than seed noise: yes" in md
+    p = stats.ttest_ind([0.85, 0.86], [0.80, 0.81], equal_var=False).pvalue
+    assert md_cells(md, "hybrid")[1:5] == ["**0.8550 ± 0.0071 (n=2)**", "+0.0500", fmt_p(p), f"{fmt_p(p)} (higher)"]
+    assert "every other cell beats patch by more than seed noise (the paper's claim): yes, 1 of 1" in md
+    assert "Δ vs best" not in md  # one cell besides the baseline: no second family
+
+
+def test_a_new_ablation_needs_no_change_in_results(tmp_path):
+    """An ablation that exists only here: each layout reads its axes and baseline from the ablation itself."""
+    DROP, ATT, OPT, WIDTH = "model.dropout", "model.attn_dropout", "model.optimizer", "model.width"
+    grid = make("dropout_study", DROP, ATT, [{DROP: [0.0, 0.1], ATT: [0.0, 0.1]}], seeds=(0, 1),
+                baseline={DROP: 0.0, ATT: 0.0})
+    for seed in (0, 1):
+        for drop, att, acc in [(0.0, 0.0, 0.70), (0.0, 0.1, 0.80), (0.1, 0.0, 0.81), (0.1, 0.1, 0.90)]:
+            write_run(tmp_path / "runs", grid, {DROP: drop, ATT: att}, seed, acc + 0.01 * seed)
+    _, md = table(grid, tmp_path)
+    assert md_cells(md, "dropout") == ["dropout", "0", "0.1"]
+    assert md_cells(md, "0.1") == ["0.1", "0.8150 ± 0.0071 (n=2)", "**0.9050 ± 0.0071 (n=2)**"]
+    assert "every other cell beats dropout=0/attn_dropout=0 by more than seed noise" in md
+
+    opt = make("optimizer_lr", OPT, LR, [{OPT: ["adamw"], LR: LRS7}, {OPT: ["sgd"], LR: LRS7}], seeds=range(5),
+               layout="lr_sweep")
+    lr_runs(tmp_path / "runs", opt, {"adamw": 0.001, "sgd": 0.008}, {}, key=OPT)
+    _, md = table(opt, tmp_path)
+    assert md_cells(md, "adamw")[1:4] == ["0.001", "**0.9000 ± 0.0032 (n=5)**", "0.001"]
+    assert md_cells(md, "sgd")[1] == "0.008" and "the optima of sgd and adamw differ: yes (ratio 8" in md
+
+    wide = make("width_compute", WIDTH, None, [{WIDTH: [32, 64]}], seeds=(0, 1), layout="compute")
+    for seed in (0, 1):
+        for width, acc in [(32, 0.7), (64, 0.8)]:
+            write_run(tmp_path / "runs", wide, {WIDTH: width}, seed, acc + 0.01 * seed,
+                      compute={"gflops_per_image": width / 1000})
+    _, md = table(wide, tmp_path)
+    assert "the costliest cell width=64 beats the cheapest width=32 by more than seed noise" in md
+
+
+def test_ablation_checks_its_table_fields():
+    with pytest.raises(ValueError, match="unknown layout 'pie'; choose from grid, lr_sweep, compute"):
+        make("x", POOL, None, [{POOL: ["cls", "gap"]}], layout="pie")
+    with pytest.raises(ValueError, match="matches 0 cells, needs exactly 1"):
+        make("x", POOL, None, [{POOL: ["cls", "gap"]}], baseline={POOL: "map"})
+    with pytest.raises(ValueError, match="baseline keys"):
+        make("x", POOL, None, [{POOL: ["cls", "gap"]}], baseline={LR: 0.1})
+    with pytest.raises(ValueError, match="at least 3 positive numbers"):
+        make("x", POOL, LR, [{POOL: ["cls", "gap"], LR: [0.1, 0.2]}], layout="lr_sweep")
+    with pytest.raises(ValueError, match="needs cols = a swept learning-rate key"):
+        make("x", POOL, None, [{POOL: ["cls", "gap"]}], layout="lr_sweep")
+
+
+def test_every_layout_has_a_builder():
+    assert set(BUILDERS) == set(ablations.LAYOUTS)
 
 
 # ---- records and determinism ---------------------------------------------------------------------
@@ -225,15 +367,15 @@ def test_regenerates_byte_for_byte_from_records_only(tmp_path):
     shutil.copytree(out / "records", clean / "results" / POS.name / "records")
     out3, _ = table(POS, clean)
     assert {p.name: p.read_bytes() for p in out3.iterdir() if p.is_file()} == first
-    # and the same for the figures
+    # and the same for the figures and the bootstrap intervals
     shutil.rmtree(tmp_path / "runs")
-    for (pool, lr), acc in {("cls", 0.001): 0.9, ("gap", 0.001): 0.8}.items():
-        write_run(tmp_path / "runs", CLS, {POOL: pool, LR: lr}, 0, acc, history=[{"epoch": 0, "val/acc": acc}])
+    lr_runs(tmp_path / "runs", CLS, {"cls": 0.002, "gap": 0.0005}, {"cls": "mlp_tanh", "gap": "linear"})
     out, _ = table(CLS, tmp_path)
-    pngs = {p: (out / p).read_bytes() for p in ("lr_curve.png", "training_curves.png")}
+    first = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     shutil.copytree(out / "records", clean / "results" / CLS.name / "records")
     out4, _ = table(CLS, clean)
-    assert {p: (out4 / p).read_bytes() for p in pngs} == pngs and b"matplotlib" not in pngs["lr_curve.png"]
+    assert {p.name: p.read_bytes() for p in out4.iterdir() if p.is_file()} == first
+    assert {"lr_curve.png", "training_curves.png"} <= set(first) and b"matplotlib" not in first["lr_curve.png"]
 
 
 def test_collect_copies_json_and_newer_record_wins(tmp_path):

@@ -68,12 +68,17 @@ def test_yaml_files_are_valid_wandb_sweeps():
             assert len(spec) == 1 and ("value" in spec or isinstance(spec.get("values"), list)), (path.name, key)
 
 
-def test_cls_vs_gap_sweeps_a_log_grid_of_learning_rates():
+def test_cls_vs_gap_sweeps_a_fine_log_grid_per_setup():
     ablation = load("cls_vs_gap")
     for prof in ablation.profiles.values():
-        lrs = prof.grids[0]["model.lr"]
-        assert len(lrs) >= 5 and max(lrs) / min(lrs) >= 30
-        assert prof.grids[0]["model.pooling"] == ["cls", "gap"]
+        setups = [(b["model.pooling"], b["model.head"]) for b in prof.grids]
+        assert setups == [(["cls"], ["mlp_tanh"]), (["gap"], ["linear"])]  # appendix D.3's two set-ups
+        for block in prof.grids:
+            lrs = sorted(block["model.lr"])
+            assert len(lrs) >= 7 and all(1 < b / a <= 2 + 1e-9 for a, b in zip(lrs, lrs[1:]))
+    demo = ablation.profiles["demo"].grids[0]["model.lr"]
+    assert min(demo) < 0.001 and 0.004 < max(demo)  # both sides of the old demo grid's peak (3e-3), with room
+    assert len(ablation.profiles["demo"].seeds) >= 5
 
 
 def test_patch_sizes_divide_the_image():
@@ -209,7 +214,7 @@ def test_dry_run_set_overrides_every_trial(capsys):
     code, out, _ = run_cli(["cls_vs_gap", "--profile", "cifar10", "--dry-run", "--set", "trainer.max_epochs=1",
                             "--set", "data.root=/data"], capsys)
     args = [parse_line(x) for x in out.strip().splitlines()]
-    assert code == 0 and len(args) == 2 * 5 * 3
+    assert code == 0 and len(args) == 2 * 7 * 3
     assert all(a["trainer.max_epochs"] == "1" and a["data.root"] == "/data" for a in args)
 
 

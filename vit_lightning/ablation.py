@@ -11,6 +11,13 @@ from typing import Any
 
 SEED_KEY = "seed_everything"
 METRIC = "val/acc_best"
+# How an ablation's table reads (Ablation.layout); results/ has one builder per layout.
+LAYOUTS = {
+    "grid": "rows x cols (like Table 8); every cell tested against the baseline cell and against the best",
+    "lr_sweep": "accuracy vs the learning rate `cols`, one curve per set-up (the other swept keys); "
+                "each set-up at its own best learning rate, with a fitted optimum and its confidence interval",
+    "compute": "one row per cell with its compute; accuracy against GFLOPs per image",
+}
 
 
 @dataclass(frozen=True)
@@ -68,21 +75,46 @@ class Ablation:
     reference: dict  # {(row, col) or row: paper value}; cells absent in the paper are N/A
     reference_note: str  # what the reference numbers are
     profiles: dict[str, Profile]
+    layout: str = "grid"  # how the table reads: one of LAYOUTS
+    baseline: dict[str, Any] | None = None  # the cell the finding says every other cell beats, e.g. {ENC: "none"}
     doc: str = field(default="", compare=False)  # the ablation file's docstring
 
     def __post_init__(self):
         if "demo" not in self.profiles:
             raise ValueError(f"ablation {self.name!r}: needs a 'demo' profile")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"ablation {self.name!r}: unknown layout {self.layout!r}; "
+                             f"choose from {', '.join(LAYOUTS)}")
         fixed = {}
         for key, prof in self.profiles.items():
             if key != prof.name:
                 raise ValueError(f"ablation {self.name!r}: profile key {key!r} != its name {prof.name!r}")
             if self.rows not in prof.axes or (self.cols and self.cols not in prof.axes + tuple(prof.fixed)):
                 raise ValueError(f"ablation {self.name!r}: profile {key!r} does not sweep rows/cols {self.rows}/{self.cols}")
+            self._check_table(prof)
             # every record lands in runs/<ablation>/<profile>/...
             run_keys = {"run.ablation": self.name, "run.profile": prof.name}
             fixed[key] = dataclasses.replace(prof, fixed={**prof.fixed, **run_keys})
         object.__setattr__(self, "profiles", fixed)
+
+    def _check_table(self, prof: Profile) -> None:
+        """The layout's needs and the baseline hold for this profile; ValueError naming the problem otherwise."""
+        where = f"ablation {self.name!r}, profile {prof.name!r}"
+        if self.layout == "lr_sweep":
+            if not self.cols or self.cols not in prof.axes or self.baseline:
+                raise ValueError(f"{where}: the lr_sweep layout needs cols = a swept learning-rate key, no baseline")
+            for block in prof.grids:
+                lrs = block[self.cols]
+                if len(lrs) < 3 or not all(isinstance(v, (int, float)) and v > 0 for v in lrs):
+                    raise ValueError(f"{where}: {self.cols} needs at least 3 positive numbers per grid block, "
+                                     f"got {list(lrs)}")
+        if self.baseline is not None:
+            if not set(self.baseline) <= set(prof.axes):
+                raise ValueError(f"{where}: baseline keys {sorted(self.baseline)} are not all swept "
+                                 f"({', '.join(prof.axes)})")
+            matches = [c for c in prof.cells() if all(c[k] == v for k, v in self.baseline.items())]
+            if len(matches) != 1:
+                raise ValueError(f"{where}: baseline {self.baseline} matches {len(matches)} cells, needs exactly 1")
 
     def profile(self, name: str) -> Profile:
         """The named profile; ValueError naming the choices otherwise."""

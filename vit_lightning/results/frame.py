@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from vit_lightning.results.records import record_time
-from vit_lightning.results.stats import summarize, versus
+from vit_lightning.results.stats import summarize
 
 SEED = "seed_everything"
 COMPUTE = ("params", "gflops_per_image", "train_images_per_s", "wall_s")
@@ -94,7 +94,7 @@ def _mark_superseded(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def cell_frame(ablation: Any, profile: Any, runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per designed cell: swept keys, values, n, mean, std (ddof=1), compute means, best, vs_best."""
+    """One row per designed cell: swept keys, values, n, mean, std (ddof=1), compute means, best."""
     used = runs[runs["note"] == ""]
     rows = []
     for index, cell in enumerate(design_cells(profile)):
@@ -109,12 +109,10 @@ def cell_frame(ablation: Any, profile: Any, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_best(cells: pd.DataFrame) -> pd.DataFrame:
-    """Mark the highest-mean cell (first on ties) and test every other cell against it."""
+    """Mark the highest-mean cell (first on ties)."""
     cells = cells.reset_index(drop=True)
     best = cells["mean"].idxmax() if cells["n"].gt(0).any() else None
     cells["best"] = cells.index == best
-    best_values = cells.at[best, "values"] if best is not None else []
-    cells["vs_best"] = [versus(v, best_values, i == best) for i, v in enumerate(cells["values"])]
     return cells
 
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-               "±": r"$\pm$", "≈": r"$\approx$", "—": "---", "<": r"$<$", ">": r"$>$"}
+               "±": r"$\pm$", "≈": r"$\approx$", "Δ": r"$\Delta$", "≥": r"$\geq$", "—": "---", "<": r"$<$",
+               ">": r"$>$"}
 
 
 @dataclass

@@ -1,14 +1,15 @@
-"""Seed-noise statistics: per-cell mean and sample std, Welch's t-test between cells."""
+"""Seed-noise statistics: per-cell mean and sample std, Welch's t-test, Holm's correction for a family of tests."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 from scipy import stats
 
-ALPHA = 0.05  # p at or above this: the difference does not stand out from seed noise
+ALPHA = 0.05  # family-wise error rate: a Holm-adjusted p below this stands out from seed noise
 
 
 def summarize(values: Sequence[float]) -> tuple[float, float, int]:
@@ -29,31 +30,45 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
     return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
-def fmt_p(p: float) -> str:
-    """A p-value in fixed text."""
-    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm-Bonferroni adjusted p-values (step-down, monotone); None entries are not tests and stay None."""
+    tested = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    out: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        out[i] = running
+    return out
 
 
-def versus(values: Sequence[float], best: Sequence[float], is_best: bool = False) -> str:
-    """How a cell compares to the best cell: 'best', 'n=1: no test', 'p=0.43 ≈ best' or 'p=0.012'."""
-    if is_best:
-        return "best"
-    if len(values) == 0:
-        return ""
-    p = welch_p(values, best)
+@dataclass(frozen=True)
+class Comparison:
+    """One cell against a reference cell: difference of means, Welch p, Holm-adjusted p within its family."""
+
+    diff: float  # mean(cell) - mean(reference)
+    p: float | None  # None: fewer than two runs on a side
+    holm: float | None
+    n: int  # the smaller number of runs of the two sides
+
+    @property
+    def outcome(self) -> str:
+        """'higher' or 'lower' when the Holm-adjusted p is below ALPHA, else 'not shown' or 'no test (n<2)'."""
+        if self.holm is None:
+            return "no test (n<2)"
+        if self.holm >= ALPHA:
+            return "not shown"
+        return "higher" if self.diff > 0 else "lower"
+
+
+def compare(cells: Sequence[Sequence[float]], reference: Sequence[float]) -> list[Comparison]:
+    """Each cell's values against the reference's, as one family of tests (Holm over the testable ones)."""
+    ps = [welch_p(values, reference) for values in cells]
+    diffs = [float(np.mean(v) - np.mean(reference)) if len(v) and len(reference) else math.nan for v in cells]
+    return [Comparison(d, p, h, min(len(v), len(reference))) for d, p, h, v in zip(diffs, ps, holm(ps), cells)]
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value in fixed text; '-' when there is none."""
     if p is None:
-        return "n=1: no test"
-    return f"{fmt_p(p)} ≈ best" if p >= ALPHA else fmt_p(p)
-
-
-def beats(a: Sequence[float], b: Sequence[float]) -> bool | None:
-    """a's mean is higher than b's by more than seed noise (Welch p < ALPHA); None if untestable."""
-    p = welch_p(a, b)
-    return None if p is None else bool(np.mean(a) > np.mean(b) and p < ALPHA)
-
-
-def verdict(flags: Sequence[bool | None]) -> str:
-    """'yes' when every comparison holds, 'no' when one fails, else 'cannot tell'."""
-    if flags and all(f is True for f in flags):
-        return "yes"
-    return "no" if any(f is False for f in flags) else "cannot tell"
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"

@@ -1,0 +1,266 @@
+"""One builder per table layout (Ablation.layout); each reads its axes and baseline from the ablation."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pandas as pd
+
+from vit_lightning.results import plots
+from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
+from vit_lightning.results.render import Report, Table
+from vit_lightning.results.shapes import (BEST_CAVEAT, BEST_REF, TESTS, Data, Family, cell_name, comparison_table,
+                                          comparison_text, fmt_acc, fmt_value, grid_table, join, label, listing,
+                                          outcomes, report, shortfall, value_key)
+from vit_lightning.results.stats import compare, fmt_p
+
+
+def _names(data: Data) -> dict[int, str]:
+    return {i: cell_name(c, list(data.profile.axes)) for i, c in data.cells.iterrows()}
+
+
+def _unique(values) -> list:
+    return list(dict.fromkeys(values))
+
+
+def _best(cells: pd.DataFrame) -> int | None:
+    """Index of the highest-mean finished cell (first in design order on ties)."""
+    done = cells[cells["n"] > 0]
+    return None if done.empty else int(done["mean"].idxmax())
+
+
+def _baseline(data: Data) -> int | None:
+    """Index of the ablation's baseline cell, None when it declares none."""
+    base = data.ablation.baseline
+    if base is None:
+        return None
+    hits = [i for i, c in data.cells.iterrows() if all(value_key(c[k]) == value_key(v) for k, v in base.items())]
+    return hits[0] if hits else None
+
+
+def _family(cells: pd.DataFrame, members: list[int], ref: int, role: str) -> dict:
+    """The reference (marked with its role) and each member compared against it, as one Holm family."""
+    comps = compare([cells.at[i, "values"] for i in members], cells.at[ref, "values"])
+    return {ref: role, **dict(zip(members, comps))}
+
+
+def _vs_baseline(data: Data, base: int) -> tuple[Family, str]:
+    """Every other cell against the baseline, and whether each beats it (the paper's claim for a baseline)."""
+    cells, names = data.cells, _names(data)
+    fam = _family(cells, [i for i in cells.index if i != base], base, "baseline")
+    ref = names[base]
+    if cells.at[base, "n"] == 0:
+        return (ref, fam), f"every other cell beats {ref} (the paper's claim): cannot tell, {ref} has no finished run"
+    groups = outcomes(names, fam)
+    tested = sum(map(len, groups.values()))
+    higher = groups.pop("higher", [])
+    verdict = ("yes" if higher and len(higher) == tested else "contradicted" if "lower" in groups
+               else "not shown" if tested else "cannot tell")
+    text = (f"every other cell beats {ref} by more than seed noise (the paper's claim): {verdict}, "
+            f"{len(higher)} of {tested} cells with runs do")
+    missing = [names[i] for i in cells.index if i != base and cells.at[i, "n"] == 0]
+    text += f" ({len(missing)} designed cells have no finished run)" if missing else ""
+    return (ref, fam), text + (f"; {shortfall(groups, ref)}" if groups else "")
+
+
+def _vs_best(data: Data, best: int, skip: set) -> tuple[Family, str]:
+    """Every other cell (but those in skip) against the best one: which fall short of it."""
+    cells, names = data.cells, _names(data)
+    fam = _family(cells, [i for i in cells.index if i not in skip | {best}], best, "best")
+    groups = outcomes(names, fam)
+    tested, lower = sum(map(len, groups.values())), groups.get("lower", [])
+    text = (f"cells below the best cell {names[best]} by more than seed noise: "
+            + (f"{listing(lower)} ({len(lower)} of {tested})" if lower else
+               f"none of {tested} (no difference from the best shown, which is no proof that they are alike)"))
+    return ("best", fam), text
+
+
+def _comparisons(data: Data) -> tuple[list[Family], list[str], str]:
+    """The families a grid or compute table tests (vs the baseline, vs the best), their sentences, the Tests line."""
+    cells = data.cells
+    base, best = _baseline(data), _best(cells)
+    families, seen, refs = [], [], []
+    if base is not None:
+        fam, text = _vs_baseline(data, base)
+        families, seen, refs = [fam], [text], [f"the baseline {fam[0]}"]
+    if best is not None and len(cells) - (base is not None) >= 2:
+        fam, text = _vs_best(data, best, {base} if base is not None else set())
+        families, seen, refs = families + [fam], seen + [text], refs + [BEST_REF]
+    tests = TESTS.format(refs=" and, as a second family, against ".join(refs))
+    tests += f"; {BEST_CAVEAT}" if BEST_REF in refs else ""
+    return families, seen, tests if refs else "none: no finished runs to compare"
+
+
+# ---- the layouts --------------------------------------------------------------------------------
+
+def build_grid(data: Data) -> Report:
+    """Rows x cols beside the paper (like Table 8), then every cell against the baseline and the best."""
+    ab, cells, keys = data.ablation, data.cells, list(data.profile.axes)
+    tables: list[Table] = []
+    two_d = bool(ab.cols) and set(keys) == {ab.rows, ab.cols}
+    if two_d:
+        frame = cells.assign(row=cells[ab.rows].map(fmt_value), col=cells[ab.cols].map(fmt_value))
+        tables.append(grid_table(frame, label(ab.rows), "Ours beside the paper", _unique(frame["row"]),
+                                 _unique(frame["col"])))
+    families, seen, tests = _comparisons(data)
+    refs = [f"the baseline {n}" if n != "best" else "the best cell" for n, _ in families]
+    caption = f"Each cell against {' and against '.join(refs)}" if refs else "Each cell"
+    tables.append(comparison_table(cells, keys, caption, families,
+                                   paper=not two_d and cells["paper"].notna().any()))
+    return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs")
+
+
+def build_compute(data: Data) -> Report:
+    """Accuracy and compute per cell, tested against the best, and accuracy against GFLOPs per image."""
+    ab, cells, keys = data.ablation, data.cells, list(data.profile.axes)
+    families, seen, tests = _comparisons(data)
+    names = _names(data)
+    done = cells[(cells["n"] > 0) & cells["gflops_per_image"].notna()].sort_values("gflops_per_image", kind="stable")
+    if len(done) >= 2:
+        cheap, dear = done.index[0], done.index[-1]
+        comp = compare([cells.at[dear, "values"]], cells.at[cheap, "values"])[0]
+        rises = "yes" if done["mean"].is_monotonic_increasing else "no"
+        verdict = {"higher": "reproduced", "lower": "not reproduced, it is lower", "not shown": "not shown",
+                   "no test (n<2)": "cannot tell (n<2)"}[comp.outcome]
+        seen.insert(0, f"cell means rise with GFLOPs per image: {rises}; the costliest cell {names[dear]} beats the "
+                       f"cheapest {names[cheap]} by more than seed noise (the paper's 'more compute, higher "
+                       f"accuracy'): {verdict} ({comp.diff:+.4f}, Welch p={fmt_p(comp.p)}, one test)")
+    table = comparison_table(cells, keys, "Accuracy and compute per cell", families,
+                             paper=cells["paper"].notna().any())
+    series = [("ours", done["gflops_per_image"].tolist(), done["mean"].tolist(), done["std"].fillna(0).tolist(),
+               "o-")] if len(done) else []
+    draw = lambda p: plots.line_plot(p, series, "GFLOPs per image", ab.metric, "Accuracy vs compute",  # noqa: E731
+                                     logx=True, annotate={"ours": [names[i] for i in done.index]})
+    return report(data, [table], tests, "; ".join(seen) or "cannot tell: no finished runs",
+                  [("accuracy_vs_compute.png", "accuracy vs GFLOPs per image", draw)])
+
+
+def build_lr_sweep(data: Data) -> Report:
+    """Accuracy per learning rate per set-up; each set-up at its own best lr, with a fitted optimum and interval."""
+    ab, lr = data.ablation, data.ablation.cols
+    setup = [k for k in data.profile.axes if k != lr]
+    cells = data.cells.assign(row=data.cells[lr].map(fmt_value), col=[cell_name(c, setup) for _, c in
+                                                                       data.cells.iterrows()])
+    groups = _unique(cells["col"])
+    bests = {g: _best(cells[cells["col"] == g]) for g in groups}
+    cells["best"] = cells.index.isin([b for b in bests.values() if b is not None])
+    rows = [fmt_value(v) for v in sorted(set(cells[lr]))]
+    corner = "/".join(map(label, setup))
+    tables = [grid_table(cells, label(lr), f"Accuracy per {label(lr)} (bold: each {corner}'s best)", rows, groups)]
+    fits = {g: _fit(cells[(cells["col"] == g) & (cells["n"] > 0)], lr, seed) for seed, g in enumerate(groups)}
+    table, seen = _own_best(cells, lr, corner, bests, fits)
+    tables.append(table)
+    tests = (f"Welch's t-test (two-sided, scipy ttest_ind with equal_var=False) of each {corner} at its own best "
+             f"{label(lr)} against the best of them, Holm-corrected; fitted optimum: the peak of a parabola in "
+             f"log10({label(lr)}) through the best grid point and its two neighbours, with a 95% percentile interval "
+             f"from 2000 bootstrap resamples of each cell's seeds; optima differ when the interval of their ratio "
+             f"excludes 1; {BEST_CAVEAT}")
+    figures = [("lr_curve.png", f"accuracy vs {label(lr)} per {corner}", lambda p: _lr_curve(data, cells, lr, p)),
+               ("training_curves.png", "validation accuracy per epoch",
+                lambda p: _training_curves(data, cells, lr, bests, p))]
+    return report(data, tables, tests, seen, figures)
+
+
+def _fit(done: pd.DataFrame, lr: str, seed: int) -> Optimum | None:
+    """The fitted optimum of one set-up's finished cells; None with fewer than three learning rates.
+
+    Each set-up bootstraps with its own generator seed, so two set-ups' resamples are independent.
+    """
+    done = done.sort_values(lr)
+    return optimum(done[lr].tolist(), done["values"].tolist(), seed) if len(done) >= 3 else None
+
+
+def _own_best(cells: pd.DataFrame, lr: str, corner: str, bests: dict, fits: dict) -> tuple[Table, str]:
+    """The table of each set-up at its own best lr, and the sentences saying what it shows."""
+    found = {g: b for g, b in bests.items() if b is not None}
+    top = max(found, key=lambda g: (cells.at[found[g], "mean"], -list(found).index(g))) if found else None
+    rivals = [g for g in found if g != top]
+    comps = dict(zip(rivals, compare([cells.at[found[g], "values"] for g in rivals],
+                                     cells.at[found[top], "values"]))) if top is not None else {}
+    table = Table(f"Each {corner} at its own best {label(lr)}",
+                  [corner, f"best {label(lr)}", "accuracy", "fitted optimum", "95% interval", "Δ vs best", "p",
+                   "Holm p"], [])
+    for g, b in bests.items():
+        fit = fits[g]
+        cell = cells.loc[b] if b is not None else None
+        line = [g, fmt_value(cell[lr]), fmt_acc(cell["mean"], cell["std"], cell["n"])] if b is not None \
+            else [g, "-", "missing"]
+        line += [fmt_lr(fit.lr), f"{fmt_lr(fit.low)} to {fmt_lr(fit.high)}" if fit.low else "-"] if fit else ["-", "-"]
+        line += comparison_text("best" if g == top else comps.get(g, "-"))
+        if g == top:
+            table.bold.add((len(table.rows), 2))
+        table.rows.append(line)
+    return table, _lr_verdict(cells, lr, found, top, comps, fits)
+
+
+def _lr_verdict(cells, lr, found: dict, top, comps: dict, fits: dict) -> str:
+    """What the lr sweep shows: accuracy at each one's best lr, the fitted optima, whether the optima differ."""
+    if len(found) < 2:
+        return "cannot tell: fewer than two set-ups have finished runs"
+    own = ", ".join(f"{g} {cells.at[b, 'mean']:.4f} at {label(lr)} {fmt_value(cells.at[b, lr])}"
+                    for g, b in found.items())
+    lower = [(g, c) for g, c in comps.items() if c.outcome == "lower"]
+    untested = [g for g, c in comps.items() if c.holm is None]
+    acc = (f"below {top} by more than seed noise for {listing(lower)}" if lower else
+           f"cannot tell for {join(untested)} (n<2)" if untested else
+           f"no difference from {top} shown ({', '.join(f'{g} Holm p={fmt_p(c.holm)}' for g, c in comps.items())}"
+           f"; no proof of equal accuracy)")
+    parts = [f"each at its own best {label(lr)}: {own}; accuracy: {acc}"]
+    optima = [f"{g} {fmt_lr(f.lr)}" + (f" ({fmt_lr(f.low)} to {fmt_lr(f.high)})" if f.low else " (no interval: n<2)")
+              for g, f in fits.items() if f]
+    unfit = [g for g, f in fits.items() if f is None]
+    edge = [g for g, f in fits.items() if f and f.edge]
+    parts.append(f"fitted optimal {label(lr)} (95% interval): {', '.join(optima) or 'none'}"
+                 + (f"; cannot fit {join(unfit)}: fewer than 3 learning rates with finished runs" if unfit else "")
+                 + (f"; the best grid point of {join(edge)} is at the grid's edge, so the optimum may lie outside"
+                    if edge else ""))
+    fitted = [g for g in found if fits[g]]
+    for g in fitted[1:]:
+        point, low, high = ratio(fits[g], fits[fitted[0]])
+        interval = f", 95% interval {low:.3g} to {high:.3g}" if low is not None else ""
+        parts.append(f"the optima of {g} and {fitted[0]} differ: {differ(fits[g], fits[fitted[0]])} "
+                     f"(ratio {point:.2g}{interval})")
+    return "; ".join(parts)
+
+
+# ---- figures ------------------------------------------------------------------------------------
+
+def _lr_curve(data: Data, cells: pd.DataFrame, lr: str, path) -> None:
+    """Accuracy vs learning rate, one line per set-up, error bars = sample std (0 for n=1)."""
+    done, series = cells[cells["n"] > 0], []
+    for name, g in done.groupby("col", sort=False):
+        g = g.sort_values(lr)
+        series.append((name, g[lr].tolist(), g["mean"].tolist(), g["std"].fillna(0).tolist(), "o-"))
+    plots.line_plot(path, series, label(lr), data.ablation.metric, f"Accuracy vs {label(lr)}", logx=True)
+
+
+def _mean_curve(data: Data, index: int, metric: str = "val/acc") -> tuple[list[float], list[float]]:
+    """Epochs and the seed-mean of metric over a cell's finished runs' histories."""
+    runs = data.runs
+    names = runs[(runs["note"] == "") & (runs["cell"] == data.cells.at[index, "cell"])]["name"]
+    rows = [h for name in names for h in data.history.get(name, []) if metric in h]
+    if not rows:
+        return [], []
+    curve = pd.DataFrame(rows).groupby("epoch")[metric].mean()
+    return [float(e) for e in curve.index], curve.tolist()
+
+
+def _training_curves(data: Data, cells: pd.DataFrame, lr: str, bests: dict, path) -> None:
+    """Each set-up at its own best lr (solid) and at the first set-up's best lr (dashed), like Figure 9."""
+    found = {g: b for g, b in bests.items() if b is not None}
+    shared = cells.at[next(iter(found.values())), lr] if found else None
+    series = []
+    for g, b in found.items():
+        picks = [(b, "best", "-")]
+        other = cells[(cells["col"] == g) & (cells[lr] == shared) & (cells["n"] > 0)]
+        if cells.at[b, lr] != shared and len(other):
+            picks.append((other.index[0], f"{next(iter(found))}'s best", "--"))
+        for index, why, style in picks:
+            x, y = _mean_curve(data, index)
+            if x:
+                series.append((f"{g}, {label(lr)}={fmt_value(cells.at[index, lr])} ({why})", x, y, None, style))
+    plots.line_plot(path, series, "epoch", "val/acc", "Validation accuracy per epoch", integer_x=True)
+
+
+BUILDERS: dict[str, Callable[[Data], Report]] = {"grid": build_grid, "lr_sweep": build_lr_sweep,
+                                                  "compute": build_compute}

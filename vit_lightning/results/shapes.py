@@ -1,0 +1,189 @@
+"""What every layout shares: the data a builder reads, cell text, the header, and the common table shapes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from vit_lightning.results.render import Report, Table
+from vit_lightning.results.stats import ALPHA, Comparison, fmt_p
+
+COMPUTE_COLUMNS = {"params": ("params", ",.0f"), "gflops_per_image": ("GFLOPs/image", ".4g"),
+                   "train_images_per_s": ("images/s", ".1f")}
+
+
+@dataclass
+class Data:
+    ablation: Any
+    profile: Any
+    runs: pd.DataFrame  # one row per record (runs_frame)
+    cells: pd.DataFrame  # one row per designed cell (cell_frame)
+    history: dict[str, list[dict]]  # run name -> per-epoch metrics
+
+
+# ---- text ---------------------------------------------------------------------------------------
+
+def label(key: str) -> str:
+    """Short column label for a dotted key: model.pos_encoding -> pos_encoding."""
+    return key.rsplit(".", 1)[-1]
+
+
+def fmt_value(value: Any) -> str:
+    """A swept value as text (floats in %g so 8e-4 reads 0.0008)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def fmt_acc(mean: float, std: float, n: int) -> str:
+    """Cell text: 'mean ± std (n=k)', 'mean (n=1)' or 'missing'."""
+    if n == 0:
+        return "missing"
+    return f"{mean:.4f} (n=1)" if n == 1 else f"{mean:.4f} ± {std:.4f} (n={n})"
+
+
+def fmt_num(value: Any, spec: str) -> str:
+    """A number in a fixed format, '-' when unknown."""
+    return "-" if value is None or pd.isna(value) else format(value, spec)
+
+
+def fmt_paper(value: float | None) -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:g}"
+
+
+def value_key(value: Any) -> str:
+    """A hashable, order-stable stand-in for a cell value (lists included)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def cell_name(cell: pd.Series, keys: list[str]) -> str:
+    """A cell in running text: its values joined by '/', numbers with their key: learned_1d/stem, patch_size=2."""
+    return "/".join(fmt_value(cell[k]) if isinstance(cell[k], str) else f"{label(k)}={fmt_value(cell[k])}"
+                    for k in keys)
+
+
+def join(names: list[str]) -> str:
+    return ", ".join(names) if names else "none"
+
+
+# ---- header, excluded runs, the report ----------------------------------------------------------
+
+TESTS = (f"Welch's t-test (two-sided, scipy ttest_ind with equal_var=False) of each cell against {{refs}}; "
+         f"Holm's correction within each family of tests, so a family's chance of any false 'higher' or 'lower' "
+         f"stays below {ALPHA}; 'not shown': Holm p ≥ {ALPHA}, which is no proof of equality; no test with n<2")
+BEST_CAVEAT = "the best cell is picked from the same runs, so tests against it lean towards finding a difference"
+BEST_REF = "the best cell (bold)"
+
+
+def header(data: Data, tests: str, seen: str) -> list[tuple[str, str]]:
+    """The lines above the tables: what the ablation is, how we ran it, how we test, what the data show."""
+    ab, prof = data.ablation, data.profile
+    fixed = ", ".join(f"{k}={fmt_value(v)}" for k, v in sorted(prof.fixed.items()) if not k.startswith("run."))
+    return [("Source", ab.source), ("Paper's finding", ab.finding), ("Paper's numbers", ab.reference_note),
+            ("Profile", f"{prof.name}" + (f" ({prof.description})" if prof.description else "")
+             + f"; seeds {', '.join(map(str, prof.seeds))}; {fixed}"),
+            ("Metric", f"{ab.metric}; cells are mean ± sample std (ddof=1) over seeds, n = finished runs "
+                       "averaged; N/A: not part of the design; missing: designed, no finished run"),
+            ("Tests", tests), ("Our result", seen)]
+
+
+def excluded(data: Data) -> Table:
+    """Runs that are not averaged (failed, diverged, running, off-design, superseded), with why."""
+    keys = list(data.profile.axes)
+    bad = data.runs[data.runs["note"] != ""]
+    rows = [[r["name"], *(fmt_value(r[k]) for k in keys), fmt_num(r["seed"], ""), str(r["status"]), r["note"],
+             r["error"]] for _, r in bad.iterrows()]
+    return Table("Runs not averaged", ["run", *map(label, keys), "seed", "status", "why", "error"], rows)
+
+
+def report(data: Data, tables: list[Table], tests: str, seen: str, figures=()) -> Report:
+    ab, prof = data.ablation, data.profile
+    return Report(ab.title, f"vit-ablate table {ab.name} --profile {prof.name}",
+                  header(data, tests, seen), tables, excluded(data), list(figures))
+
+
+# ---- table shapes -------------------------------------------------------------------------------
+
+def grid_table(cells: pd.DataFrame, corner: str, caption: str, rows: list[str], cols: list[str]) -> Table:
+    """cells['row'] x cells['col'] (text labels in the given order), beside the paper's values when it has any."""
+    at = {(c["row"], c["col"]): c for _, c in cells.iterrows()}
+    paper = cells["paper"].notna().any()
+    table = Table(caption, [corner] + [x for n in cols for x in ([n, f"{n} (paper)"] if paper else [n])], [])
+    for i, r in enumerate(rows):
+        line = [r]
+        for c in cols:
+            cell = at.get((r, c))
+            if cell is None:  # not in any grid block
+                line += ["N/A"] * (2 if paper else 1)
+                continue
+            if cell["best"]:
+                table.bold.add((i, len(line)))
+            line += [fmt_acc(cell["mean"], cell["std"], cell["n"])] + ([fmt_paper(cell["paper"])] if paper else [])
+        table.rows.append(line)
+    return table
+
+
+Family = tuple[str, dict[int, "Comparison | str"]]  # (reference's name, row -> its comparison or 'baseline'/'best')
+
+
+def comparison_table(cells: pd.DataFrame, keys: list[str], caption: str, families: list[Family],
+                     paper: bool = False, compute: bool = True) -> Table:
+    """One row per cell: its values, accuracy, then Δ, p and Holm p against each family's reference, compute."""
+    columns = [*map(label, keys), "accuracy", *(["paper"] if paper else [])]
+    for name, _ in families:
+        columns += [f"Δ vs {name}", "p", "Holm p"]
+    columns += [title for title, _ in COMPUTE_COLUMNS.values()] if compute else []
+    table = Table(caption, columns, [])
+    for i, (index, c) in enumerate(cells.iterrows()):
+        line = [*(fmt_value(c[k]) for k in keys), fmt_acc(c["mean"], c["std"], c["n"])]
+        line += [fmt_paper(c["paper"])] if paper else []
+        for _, family in families:
+            line += comparison_text(family.get(index, "-"))
+        line += [fmt_num(c[k], spec) for k, (_, spec) in COMPUTE_COLUMNS.items()] if compute else []
+        if c["best"]:
+            table.bold.add((i, len(keys)))
+        table.rows.append(line)
+    return table
+
+
+def comparison_text(comp: Comparison | str) -> list[str]:
+    """[Δ, p, Holm p] for one comparison; the reference itself reads its role ('baseline', 'best')."""
+    if isinstance(comp, str):
+        return [comp, "-", "-"]
+    if comp.n == 0:
+        return ["-", "-", "-"]
+    holm = fmt_p(comp.holm) + ("" if comp.holm is None or comp.holm >= ALPHA else f" ({comp.outcome})")
+    return [f"{comp.diff:+.4f}", fmt_p(comp.p), holm]
+
+
+def outcomes(names: dict[int, str], family: dict[int, Comparison | str]) -> dict[str, list[tuple[str, Comparison]]]:
+    """A family's comparisons grouped by outcome ('higher', 'lower', 'not shown', 'no test (n<2)')."""
+    out: dict[str, list[tuple[str, Comparison]]] = {}
+    for index, comp in family.items():
+        if isinstance(comp, Comparison) and comp.n > 0:  # n=0: a missing cell, listed as missing elsewhere
+            out.setdefault(comp.outcome, []).append((names[index], comp))
+    return out
+
+
+def listing(pairs: list[tuple[str, Comparison]]) -> str:
+    """'a (+0.0123, Holm p=0.031), b (...)' for a few named comparisons; the names and the ranges for many."""
+    if len(pairs) <= 3:
+        return ", ".join(f"{name} ({c.diff:+.4f}, Holm p={fmt_p(c.holm)})" for name, c in pairs)
+    diffs, ps = sorted(c.diff for _, c in pairs), sorted(c.holm for _, c in pairs)
+    return (f"{', '.join(name for name, _ in pairs)} (differences {diffs[0]:+.4f} to {diffs[-1]:+.4f}, "
+            f"Holm p {fmt_p(ps[0])} to {fmt_p(ps[-1])})")
+
+
+def shortfall(groups: dict[str, list[tuple[str, Comparison]]], reference: str) -> str:
+    """Why the comparisons that are not 'higher' fall short, cell by cell."""
+    parts = []
+    if untested := groups.get("no test (n<2)"):
+        parts.append(f"no test for {join([name for name, _ in untested])} (fewer than 2 finished runs)")
+    if lower := groups.get("lower"):
+        parts.append(f"below {reference} by more than seed noise: {listing(lower)}")
+    if unclear := groups.get("not shown"):
+        seeds = min(c.n for _, c in unclear)
+        parts.append(f"not shown for {listing(unclear)}: the difference from {reference} does not stand out "
+                     f"from seed noise with {seeds} seed{'s' if seeds > 1 else ''} per cell")
+    return "; ".join(parts)
