@@ -14,7 +14,7 @@ from vit_lightning.model import ViT
 from vit_lightning.viz import analysis, write_ablation_figures
 from vit_lightning.viz.cli import main as viz
 from vit_lightning.viz.figures import similarity_mosaic
-from vit_lightning.viz.run import compute, load_run
+from vit_lightning.viz.run import Run, compute, draw, load_run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TINY = {"model.width": 32, "model.depth": 2, "model.heads": 2, "model.mlp_dim": 64, "data.batch_size": 16,
@@ -153,6 +153,20 @@ def test_similarity_mosaic_puts_each_query_at_its_own_tile():
     assert mosaic.shape == (2 * 3 - 1, 3 * 4 - 1)
     assert np.array_equal(mosaic[3:5, 4:7], sim[4].reshape(2, 3))  # query (1, 1)
     assert np.isnan(mosaic[2]).all() and np.isnan(mosaic[:, 3]).all()  # the gaps
+
+
+def test_hybrid_relative_run_draws_in_stem_pixels_and_notes_the_missing_filters(tmp_path):
+    vit = ViT("micro", img_size=32, in_chans=3, num_classes=10, stem="hybrid", hybrid_layers=(1, 1), hybrid_width=32,
+              depth=2, pos_encoding="relative_bias_2d").double().eval()
+    images = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    numbers = compute(Run(vit, images, None, tmp_path))
+    assert numbers.grid == (4, 4) and numbers.stride == 8.0  # root conv, max-pool and one strided stage
+    maps = vit.attention_maps(images)
+    assert np.allclose(numbers.distance, analysis.mean_attention_distance(maps, (4, 4), 8.0, 1).numpy())
+    names = {p.name for p in draw(numbers, tmp_path)}
+    assert {"pos_bias.png", "patch_pca.txt", "attention_distance.png", "rollout.png"} <= names
+    assert "pos_similarity.png" not in names
+    assert len((tmp_path / "pos_bias.csv").read_text().splitlines()) == 1 + 2 * 4 * 7 * 7  # layers x heads x offsets
 
 
 # ---- end to end: short fits, then the command ---------------------------------------------------
