@@ -11,6 +11,7 @@ COMMANDS = {
     "sweep": ("vit_lightning.sweep.cli:main", "run an ablation's sweep locally or on W&B agents"),
     "sweeps": ("vit_lightning.sweep.cli:write_main", "regenerate sweeps/*.yaml from ablations/"),
     "table": ("vit_lightning.results.cli:main", "regenerate an ablation's tables and plots from run records"),
+    "viz": ("vit_lightning.viz.cli:main", "the paper's analysis figures (attention, position embeddings) of a run"),
     "bench": ("vit_lightning.bench:main", "throughput of our backbone vs timm on the same config"),
 }
 

@@ -1,0 +1,108 @@
+"""The analysis figures `vit-ablate table` writes: one run per variant, plus side-by-side comparisons.
+
+Figures need checkpoints, which only local run dirs hold (results/ keeps records only): without
+them the table says so and leaves the committed figures as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from vit_lightning.results.frame import same
+from vit_lightning.viz.figures import Panel, distance_figure, panels_figure, similarity_mosaic, write_csv
+from vit_lightning.viz.run import CHECKPOINT, Numbers, compute, draw, load_run, max_distance, offset_extent
+
+SEED = "seed_everything"
+ENCODING = "model.pos_encoding"
+DISTANCE_PAIR = ("none", "learned_1d")  # the attention-distance comparison: why `none` is worse
+
+
+def variant_label(cell: dict) -> str:
+    """A cell's folder name: string values as they are, numbers after their key (lr0.001)."""
+    parts = [f"{key.rsplit('.', 1)[-1]}{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool)
+             else str(value) for key, value in cell.items()]
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in "-".join(parts))
+
+
+def pick_runs(profile, runs: Path) -> dict[str, tuple[dict, Path | None]]:
+    """Per designed cell (by label): the cell and the completed run with the lowest seed that has a checkpoint."""
+    candidates = []
+    for path in sorted(Path(runs).glob("*/results.json")):
+        try:
+            record = json.loads(path.read_text())
+        except ValueError:
+            continue
+        config = record.get("config", {})
+        fixed = {k: v for k, v in profile.fixed.items() if not k.startswith("run.")}
+        if record.get("status") == "completed" and (path.parent / CHECKPOINT).is_file() and _matches(config, fixed):
+            candidates.append((config.get(SEED, 0), path.parent, config))
+    chosen = {}
+    for cell in profile.cells():
+        runs_of_cell = sorted((seed, str(d)) for seed, d, config in candidates if _matches(config, cell))
+        chosen[variant_label(cell)] = (cell, Path(runs_of_cell[0][1]) if runs_of_cell else None)
+    return chosen
+
+
+def _matches(config: dict, settings: dict) -> bool:
+    return all(key in config and same(json.loads(json.dumps(value)), config[key]) for key, value in settings.items())
+
+
+def write_ablation_figures(ablation, profile: str, runs_root: Path, out: Path,
+                           images: int = 32) -> tuple[list[Path], list[str]]:
+    """Draw one run per variant into out/figures/VARIANT/ and the ablation's comparisons into out/.
+
+    Runs come from runs_root/ABLATION/PROFILE/*/ (results.json + last.ckpt). Returns the paths
+    written and notes for the user (variants without a checkpoint).
+    """
+    runs = Path(runs_root) / ablation.name / profile
+    chosen = pick_runs(ablation.profile(profile), runs)
+    missing = [label for label, (_, d) in chosen.items() if d is None]
+    if len(missing) == len(chosen):
+        return [], [f"figures: no completed run with {CHECKPOINT} and the profile's settings under {runs} "
+                    f"(results/ keeps records only); the figures in {out} were left as they are"]
+    paths, drawn = [], []
+    for label, (cell, directory) in chosen.items():
+        if directory is not None:
+            numbers = compute(load_run(directory, images))
+            paths += draw(numbers, Path(out) / "figures" / label)
+            drawn.append((cell, numbers))
+    notes = [f"figures: no checkpoint for {', '.join(missing)}"] if missing else []
+    if any(ENCODING in cell for cell, _ in drawn):
+        paths += encoding_comparison(drawn, Path(out))
+    return paths, notes
+
+
+def encoding_comparison(drawn: list[tuple[dict, Numbers]], out: Path) -> list[Path]:
+    """Every encoding's position figure side by side, and the attention distance of none vs learned_1d."""
+    first: dict[str, Numbers] = {}
+    for cell, numbers in drawn:  # cells come in design order, so each encoding's first is its stem run
+        first.setdefault(cell[ENCODING], numbers)
+    panels = [encoding_panel(name, numbers) for name, numbers in first.items()]
+    paths = [panels_figure(out / "pos_similarity.png", panels, "Position embeddings: each patch's similarity to all "
+                           "others (relative encodings: layer-1 bias by offset, head mean)", columns=len(panels))]
+    rows = [(name, t, q, k, float(sim[q, k])) for name, n in first.items() for t, sim in enumerate(n.similarity or [])
+            for q in range(sim.shape[0]) for k in range(sim.shape[1])]
+    paths.append(write_csv(out / "pos_similarity.csv", ["encoding", "table", "query", "key", "cosine"], rows))
+    pair = [(name, first[name]) for name in DISTANCE_PAIR if name in first and first[name].distance is not None]
+    if pair:
+        series = [(name, n.distance) for name, n in pair]
+        paths.append(distance_figure(out / "attention_distance.png", series, max(max_distance(n) for _, n in pair),
+                                     "Mean attention distance per head: " + " vs ".join(n for n, _ in pair)))
+        rows = [(name, layer + 1, head + 1, float(d[layer, head])) for name, d in series
+                for layer in range(d.shape[0]) for head in range(d.shape[1])]
+        paths.append(write_csv(out / "attention_distance.csv", ["encoding", "layer", "head", "distance_px"], rows))
+    return paths
+
+
+def encoding_panel(name: str, numbers: Numbers) -> Panel:
+    """One encoding's panel: the first table's tiled similarity, a relative bias map, or a note."""
+    if numbers.similarity is not None:
+        return Panel(name, similarity_mosaic(numbers.similarity[0], numbers.grid), -1.0, 1.0, "cosine similarity")
+    if numbers.bias is not None:
+        bias = numbers.bias[0].mean(axis=0)  # (2H-1, 2W-1)
+        lim = float(np.abs(bias).max()) or 1.0
+        return Panel(name, bias, -lim, lim, "logit bias", offset_extent(numbers.grid))
+    return Panel(name, None, 0.0, 0.0, "", note="no position encoding:\nnothing to draw")

@@ -1,0 +1,134 @@
+"""The paper's analysis numbers (Figures 6, 7, 10, 11, 14) computed from a ViT and its attention maps.
+
+Pure computations on tensors: nothing here draws or writes files.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vit_lightning.model.position import Relative1d, RelativeBias2d
+
+
+def position_tables(vit) -> list[torch.Tensor] | None:
+    """The absolute position embedding of the patch tokens at each injection point, each (N, D); None if none.
+
+    One table for `stem` and `every_layer_shared`, one per block for `every_layer`; relative
+    encodings have no absolute table (see `relative_bias`). Prefix tokens have no grid position: dropped.
+    """
+    if vit.pos.relative:
+        return None
+    tables = [part.embedding() for part in vit.pos.parts]
+    if tables[0] is None:
+        return None
+    return [t.detach()[vit.pool.num_prefix:] for t in tables]
+
+
+def cosine_similarity(table: torch.Tensor) -> torch.Tensor:
+    """(N, D) embeddings -> (N, N) cosine similarity of every row to every row."""
+    unit = table.double() / table.double().norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return unit @ unit.T
+
+
+def relative_bias(vit) -> torch.Tensor | None:
+    """The attention-logit bias of a relative encoding per layer and head, by 2-D offset (query - key).
+
+    Returns (L, heads, 2H-1, 2W-1), or None for absolute encodings. `relative_bias_2d` learns this
+    table directly. `relative_1d`'s bias depends on the query; we show its query-independent part:
+    the query of a token whose normalised content is zero, LN bias -> W_q (plus b_q), against every offset.
+    """
+    if not vit.pos.relative:
+        return None
+    out = []
+    for block, part in zip(vit.blocks, vit.pos.parts):
+        if isinstance(part, RelativeBias2d):
+            out.append(part.table.detach().double())  # (h, 2H-1, 2W-1)
+        elif isinstance(part, Relative1d):
+            out.append(_relative_1d_bias(block, part))
+        else:
+            raise TypeError(f"no offset map for relative encoding {type(part).__name__}")
+    return torch.stack(out)
+
+
+def _relative_1d_bias(block, part: Relative1d) -> torch.Tensor:
+    """(h, 2H-1, 2W-1) logits of the input-independent query against each raster offset, laid out in 2-D."""
+    attn, (h, w) = block.attn, part.grid
+    dim = attn.proj.in_features
+    q0 = attn.qkv(block.norm1.bias.detach())[:dim].double().view(attn.heads, -1)  # (heads, hd)
+    logits = q0 @ part.table.detach().double().T * q0.shape[-1] ** -0.5  # (heads, 2N-1), offset i-j at i-j+N-1
+    dr = torch.arange(-(h - 1), h)[:, None]
+    dc = torch.arange(-(w - 1), w)[None, :]
+    raster = dr * w + dc + h * w - 1  # 2-D offset (dr, dc) -> raster offset dr*W + dc, shifted to an index
+    return logits[:, raster]
+
+
+def patch_distances(grid: tuple[int, int], stride: float) -> torch.Tensor:
+    """(N, N) Euclidean distance in input pixels between the centres of every pair of patches."""
+    rows, cols = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    centres = torch.stack([rows.flatten(), cols.flatten()], dim=1).double() * stride  # (N, 2)
+    return torch.cdist(centres, centres)
+
+
+def attention_distance_sum(maps: list[torch.Tensor], grid: tuple[int, int], stride: float,
+                           num_prefix: int) -> torch.Tensor:
+    """Per layer and head, the attention-weighted query-key distance summed over images and query patches.
+
+    Only patch-to-patch attention carries a distance: attention to prefix tokens is dropped and each
+    query's remaining weights are renormalised. Divide by (images x patches) for the mean: (L, heads).
+    """
+    dist = patch_distances(grid, stride)  # (N, N)
+    out = []
+    for probs in maps:  # (B, h, T, T)
+        patch = probs.double()[..., num_prefix:, num_prefix:]  # (B, h, N, N)
+        patch = patch / patch.sum(dim=-1, keepdim=True)
+        out.append((patch * dist).sum(dim=(-1, -2, 0)))  # (h,)
+    return torch.stack(out)
+
+
+def mean_attention_distance(maps: list[torch.Tensor], grid: tuple[int, int], stride: float,
+                            num_prefix: int) -> torch.Tensor:
+    """(L, heads) mean attention distance in input pixels (the paper's Figure 7 right / Figure 11)."""
+    images, n = maps[0].shape[0], grid[0] * grid[1]
+    return attention_distance_sum(maps, grid, stride, num_prefix) / (images * n)
+
+
+def attention_rollout(maps: list[torch.Tensor]) -> torch.Tensor:
+    """Abnar & Zuidema (2020): per layer the head-mean attention plus identity, rows renormalised,
+    multiplied through the layers (later layers on the left). (B, T, T): row i says how much each
+    input token flows into token i at the output."""
+    rollout = None
+    for probs in maps:  # (B, h, T, T)
+        a = probs.double().mean(dim=1)
+        a = a + torch.eye(a.shape[-1], dtype=a.dtype)
+        a = a / a.sum(dim=-1, keepdim=True)
+        rollout = a if rollout is None else a @ rollout
+    return rollout
+
+
+def rollout_on_grid(rollout: torch.Tensor, grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
+    """What the pooled output attends to over the patch grid: (B, H, W).
+
+    With a [class] token, its row; without one (GAP, MAP), the mean of the patch rows, since the
+    pooled vector is built from every patch token's output.
+    """
+    if num_prefix:
+        weights = rollout[:, 0, num_prefix:]  # (B, N)
+    else:
+        weights = rollout.mean(dim=1)  # (B, N)
+    return weights.reshape(-1, *grid)
+
+
+def filter_components(weight: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Leading principal components of the patch-embedding filters (Figure 7 left).
+
+    (D, C, P, P) filters -> ((k, C, P, P) unit components, (k,) fraction of variance each explains),
+    k = min(count, D, C*P*P). Each component's sign is fixed so its largest entry is positive.
+    """
+    flat = weight.detach().double().flatten(1)  # (D, C*P*P)
+    flat = flat - flat.mean(dim=0, keepdim=True)
+    _, s, vt = torch.linalg.svd(flat, full_matrices=False)
+    k = min(count, vt.shape[0])
+    comps = vt[:k]
+    signs = torch.sign(comps.gather(1, comps.abs().argmax(dim=1, keepdim=True)))  # (k, 1)
+    variance = s**2
+    return (comps * signs).reshape(k, *weight.shape[1:]), variance[:k] / variance.sum().clamp_min(1e-300)

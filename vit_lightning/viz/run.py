@@ -1,0 +1,273 @@
+"""One run's analysis figures: load the checkpoint and validation images, compute the numbers, draw them."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from vit_lightning.model.stems import PatchStem
+from vit_lightning.record import one_line, read_record
+from vit_lightning.viz import analysis
+from vit_lightning.viz.figures import (
+    Panel, components_figure, distance_figure, panels_figure, rollout_figure, similarity_mosaic, write_csv,
+    write_note,
+)
+
+CHECKPOINT = "last.ckpt"
+SHOWN = 6  # validation images drawn with their rollout
+COMPONENTS = 28  # principal components drawn, as in the paper's Figure 7
+
+
+class VizError(Exception):
+    """A run that cannot be drawn; the message is one line naming the problem."""
+
+
+@dataclass
+class Run:
+    """A trained ViT (float64, eval mode), a few of its validation images and its record."""
+
+    vit: torch.nn.Module
+    images: torch.Tensor | None  # (n, C, H, W) normalised, float64; None when none were asked for
+    record: dict | None
+    directory: Path  # the folder holding the checkpoint
+
+    @property
+    def title(self) -> str:
+        c = self.vit.config
+        return f"{c.pos_encoding} ({c.pos_injection}), {c.pooling}"
+
+
+@dataclass
+class Numbers:
+    """Everything a run's figures show."""
+
+    title: str
+    grid: tuple[int, int]
+    stride: float  # input pixels per token step
+    similarity: list[np.ndarray] | None  # per position table, (N, N) cosine; None without absolute tables
+    bias: np.ndarray | None  # (L, heads, 2H-1, 2W-1) relative-encoding bias by offset
+    components: tuple[np.ndarray, np.ndarray] | None  # (k, C, P, P) and (k,) variance ratios; None: hybrid
+    distance: np.ndarray | None = None  # (L, heads) mean attention distance in pixels
+    images: np.ndarray | None = None  # (k, C, H, W) the images drawn with their rollout
+    rollout: np.ndarray | None = None  # (k, H', W') rollout weights on the token grid
+
+
+def checkpoint_path(path: Path) -> Path:
+    """A run dir's last.ckpt, or the given checkpoint file."""
+    path = Path(path)
+    return path / CHECKPOINT if path.is_dir() else path
+
+
+def load_run(path: Path, images: int) -> Run:
+    """The ViT of a `vit-ablate fit` checkpoint (weights-only loading) and `images` of its validation images."""
+    ckpt_path = checkpoint_path(path)
+    if not ckpt_path.is_file():
+        raise VizError(f"no checkpoint at {ckpt_path}: pass a run dir holding {CHECKPOINT} or a .ckpt file")
+    try:
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated, not a zip/pickle, or pickled objects weights_only refuses
+        raise VizError(f"cannot read checkpoint {ckpt_path}: {one_line(error)}") from None
+    if not isinstance(ckpt, dict) or not {"state_dict", "hyper_parameters"} <= set(ckpt):
+        raise VizError(f"{ckpt_path} is not a `vit-ablate fit` checkpoint (no state_dict and hyper_parameters)")
+    from vit_lightning.module import ViTClassifier
+
+    try:
+        module = ViTClassifier(**ckpt["hyper_parameters"])
+        module.load_state_dict(ckpt["state_dict"])
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise VizError(f"checkpoint {ckpt_path} does not fit this version's model: {one_line(error)}") from None
+    record = read_record(ckpt_path.parent)
+    vit = module.model.double().eval()
+    shown = _validation_images(ckpt, record, images) if images else None
+    return Run(vit, shown, record, ckpt_path.parent)
+
+
+def _validation_images(ckpt: dict, record: dict | None, count: int) -> torch.Tensor:
+    """`count` validation images of the run's data, as the run's validation loader prepares them."""
+    from vit_lightning.data import ViTDataModule
+
+    options = ckpt.get("datamodule_hyper_parameters")
+    if options is None and record:
+        options = {k.split(".", 1)[1]: v for k, v in record.get("config", {}).items() if k.startswith("data.")}
+    if options is None:
+        raise VizError("the checkpoint names no data and no results.json is beside it; pass --images 0")
+    try:
+        data = ViTDataModule(**options)
+        data.setup("validate")
+        loader = data.val_dataloader()
+        # Evenly spread over the validation set: its order may follow the classes.
+        picked = Subset(loader.dataset, np.linspace(0, len(loader.dataset) - 1, count).round().astype(int).tolist())
+        batches = [x for x, _ in DataLoader(picked, batch_size=loader.batch_size, collate_fn=loader.collate_fn)]
+    except (TypeError, ValueError, OSError) as error:
+        raise VizError(f"cannot load the run's validation images: {one_line(error)}; pass --images 0 "
+                       "to draw only the weight figures") from None
+    return torch.cat(batches).double()
+
+
+@contextmanager
+def _one_thread():
+    """One CPU thread: the same summation order everywhere, so the numbers (and PNGs) repeat exactly."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@torch.no_grad()
+def compute(run: Run, chunk: int = 8) -> Numbers:
+    """The numbers behind every figure of a run."""
+    vit = run.vit
+    grid, stride = tuple(vit.pos.grid), float(vit.stem.patch_size)
+    with _one_thread():
+        tables = analysis.position_tables(vit)
+        similarity = None if tables is None else [analysis.cosine_similarity(t).numpy() for t in tables]
+        bias = analysis.relative_bias(vit)
+        components = None
+        if isinstance(vit.stem, PatchStem):  # the hybrid stem's 1x1 "patches" are ResNet features, not pixels
+            comps, ratios = analysis.filter_components(vit.stem.proj.weight, COMPONENTS)
+            components = comps.numpy(), ratios.numpy()
+        numbers = Numbers(run.title, grid, stride, similarity, None if bias is None else bias.numpy(), components)
+        if run.images is not None and len(run.images):
+            _attention_numbers(vit, run.images, numbers, chunk)
+    return numbers
+
+
+def _attention_numbers(vit, images: torch.Tensor, numbers: Numbers, chunk: int) -> None:
+    """Mean attention distance over all images and the rollout of the first few, a chunk of images at a time."""
+    prefix, total, maps = vit.pool.num_prefix, None, []
+    for start in range(0, len(images), chunk):
+        attention = vit.attention_maps(images[start: start + chunk])  # L x (b, h, T, T)
+        part = analysis.attention_distance_sum(attention, numbers.grid, numbers.stride, prefix)
+        total = part if total is None else total + part
+        if start < SHOWN:
+            maps.append(analysis.rollout_on_grid(analysis.attention_rollout(attention), numbers.grid, prefix))
+    n = numbers.grid[0] * numbers.grid[1]
+    numbers.distance = (total / (len(images) * n)).numpy()
+    numbers.images = images[:SHOWN].numpy()
+    numbers.rollout = torch.cat(maps)[:SHOWN].numpy()
+
+
+def max_distance(numbers: Numbers) -> float:
+    """The largest distance between two patch centres, in pixels (the y range of the distance plot)."""
+    return float(analysis.patch_distances(numbers.grid, numbers.stride).max())
+
+
+def position_panels(numbers: Numbers) -> list[Panel]:
+    """One panel per absolute table (tiled similarity), or per layer and head of a relative bias."""
+    if numbers.similarity is not None:
+        many = len(numbers.similarity) > 1
+        return [Panel(f"layer {i + 1}" if many else "patch positions", similarity_mosaic(sim, numbers.grid), -1.0,
+                      1.0, "cosine similarity") for i, sim in enumerate(numbers.similarity)]
+    if numbers.bias is not None:
+        lim = float(np.abs(numbers.bias).max()) or 1.0
+        extent = offset_extent(numbers.grid)
+        return [Panel(f"layer {layer + 1}, head {head + 1}", numbers.bias[layer, head], -lim, lim,
+                      "logit bias", extent) for layer in range(numbers.bias.shape[0])
+                for head in range(numbers.bias.shape[1])]
+    return []
+
+
+def offset_extent(grid: tuple[int, int]) -> tuple[float, float, float, float]:
+    """imshow extent putting column offsets on x and row offsets on y (query - key)."""
+    h, w = grid
+    return (-(w - 1) - 0.5, (w - 1) + 0.5, (h - 1) + 0.5, -(h - 1) - 0.5)
+
+
+def draw(numbers: Numbers, out: Path) -> list[Path]:
+    """Write every figure with its CSV into out; notes (.txt) where a figure does not apply."""
+    out, paths = Path(out), []
+    panels = position_panels(numbers)
+    if numbers.similarity is not None:
+        paths.append(panels_figure(out / "pos_similarity.png", panels, f"Position embedding similarity\n"
+                                   f"{numbers.title}", columns=min(4, len(panels))))
+        paths.append(write_csv(out / "pos_similarity.csv", ["table", "query_row", "query_col", "key_row", "key_col",
+                                                            "cosine"], _similarity_rows(numbers)))
+    elif numbers.bias is not None:
+        heads = numbers.bias.shape[1]
+        paths.append(panels_figure(out / "pos_bias.png", panels, f"Relative position bias by offset (query - key)\n"
+                                   f"{numbers.title}", columns=heads, cmap="RdBu_r"))
+        paths.append(write_csv(out / "pos_bias.csv", ["layer", "head", "d_row", "d_col", "bias"], _bias_rows(numbers)))
+    else:
+        paths.append(write_note(out / "pos_similarity.txt", "pos_encoding=none: the model has no position "
+                                "embedding, so there is no similarity to draw"))
+    paths += _draw_components(numbers, out)
+    if numbers.distance is not None:
+        paths += _draw_attention(numbers, out)
+    return paths
+
+
+def _draw_components(numbers: Numbers, out: Path) -> list[Path]:
+    if numbers.components is None:
+        return [write_note(out / "patch_pca.txt", "stem=hybrid: the patch embedding is a 1x1 projection of ResNet "
+                           "features, so there are no pixel filters to draw")]
+    comps, ratios = numbers.components
+    rows = [(i + 1, float(ratios[i]), c, y, x, float(comps[i, c, y, x])) for i in range(len(comps))
+            for c in range(comps.shape[1]) for y in range(comps.shape[2]) for x in range(comps.shape[3])]
+    return [components_figure(out / "patch_pca.png", comps, ratios, f"Principal components of the patch-embedding "
+                              f"filters\n{numbers.title}"),
+            write_csv(out / "patch_pca.csv", ["component", "variance_ratio", "channel", "y", "x", "value"], rows)]
+
+
+def _draw_attention(numbers: Numbers, out: Path) -> list[Path]:
+    dist = numbers.distance
+    rows = [(layer + 1, head + 1, float(dist[layer, head])) for layer in range(dist.shape[0])
+            for head in range(dist.shape[1])]
+    grid = numbers.rollout.shape[1:]
+    cells = [(i, r, c, float(numbers.rollout[i, r, c])) for i in range(len(numbers.rollout))
+             for r in range(grid[0]) for c in range(grid[1])]
+    return [
+        distance_figure(out / "attention_distance.png", [(numbers.title, dist)], max_distance(numbers),
+                        f"Mean attention distance\n{numbers.title}"),
+        write_csv(out / "attention_distance.csv", ["layer", "head", "distance_px"], rows),
+        rollout_figure(out / "rollout.png", numbers.images, numbers.rollout, numbers.stride,
+                       f"Attention rollout\n{numbers.title}"),
+        write_csv(out / "rollout.csv", ["image", "row", "col", "weight"], cells),
+    ]
+
+
+def _similarity_rows(numbers: Numbers):
+    h, w = numbers.grid
+    for t, sim in enumerate(numbers.similarity):
+        for q in range(h * w):
+            for k in range(h * w):
+                yield t, q // w, q % w, k // w, k % w, float(sim[q, k])
+
+
+def _bias_rows(numbers: Numbers):
+    layers, heads, rows, cols = numbers.bias.shape
+    h, w = numbers.grid
+    for layer in range(layers):
+        for head in range(heads):
+            for r in range(rows):
+                for c in range(cols):
+                    yield layer + 1, head + 1, r - (h - 1), c - (w - 1), float(numbers.bias[layer, head, r, c])
+
+
+def log_to_wandb(run: Run, paths: list[Path]) -> str | None:
+    """Log the PNGs to the W&B run the record names (offline when it logged offline); a line saying what happened."""
+    info = (run.record or {}).get("wandb") or {}
+    run_id, pngs = info.get("run_id"), [p for p in paths if p.suffix == ".png"]
+    if not run_id or not pngs:
+        return None
+    if os.environ.get("WANDB_MODE") == "disabled":
+        return "W&B is disabled (WANDB_MODE=disabled): figures not logged"
+    offline = any((run.directory / "wandb").glob(f"offline-run-*-{run_id}"))
+    mode = "offline" if offline or os.environ.get("WANDB_MODE") == "offline" else "online"
+    try:
+        import wandb
+
+        logged = wandb.init(id=run_id, project=info.get("project"), resume="allow", mode=mode,
+                            dir=str(run.directory))
+        logged.log({f"viz/{p.stem}": wandb.Image(str(p)) for p in pngs})
+        logged.finish()
+    except Exception as error:  # no credentials, no network: the files are written anyway
+        return f"could not log the figures to W&B run {run_id}: {one_line(error)}"
+    return f"logged {len(pngs)} figure(s) to W&B run {run_id} ({mode})"
