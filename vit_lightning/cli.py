@@ -11,6 +11,7 @@ COMMANDS = {
     "sweep": ("vit_lightning.sweep.cli:main", "run an ablation's sweep locally or on W&B agents"),
     "sweeps": ("vit_lightning.sweep.cli:write_main", "regenerate sweeps/*.yaml from ablations/"),
     "table": ("vit_lightning.results.cli:main", "regenerate an ablation's tables and plots from run records"),
+    "fewshot": ("vit_lightning.fewshot:main", "few-shot linear accuracy of a finished run, into its record"),
     "bench": ("vit_lightning.bench:main", "throughput of our backbone vs timm on the same config"),
 }
 
