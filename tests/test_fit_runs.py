@@ -73,7 +73,8 @@ def test_completed_run_is_skipped_unless_retrain(tmp_path, monkeypatch, capsys):
     assert train.main([*argv, "--run.retrain=true"]) == 0  # same dir: retrain is not part of the run's identity
     path2, second = only_record(tmp_path / "runs")
     assert path2 == path and second["status"] == "completed" and second["history"] == first["history"]
-    assert len((path.parent / "metrics.csv").read_text().splitlines()) == 1 + 2  # header + val row + train row
+    # header + val row + train row + few-shot row: the retrain started a fresh metrics.csv
+    assert len((path.parent / "metrics.csv").read_text().splitlines()) == 1 + 3
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
@@ -132,6 +133,7 @@ def test_ddp_two_cpu_processes_write_one_record(tmp_path):
     path, record = only_record(tmp_path / "runs")
     assert record["status"] == "completed" and record["compute"]["num_devices"] == 2
     assert record["config"]["trainer.devices"] == 2 and len(record["history"]) == 2
+    assert 0.0 < record["metrics"]["val/fewshot5"] <= 1.0  # computed on rank 0 while the other rank waited
     kept = sorted(p.name for p in path.parent.iterdir() if p.suffix in (".json", ".ckpt"))
     assert kept == ["last.ckpt", "results.json"]  # one record, one checkpoint
     assert [p.name for p in tmp_path.iterdir()] == ["runs"]  # nothing else written, on any rank

@@ -12,13 +12,14 @@ COMMANDS = {
     "sweeps": ("vit_lightning.sweep.cli:write_main", "regenerate sweeps/*.yaml from ablations/"),
     "table": ("vit_lightning.results.cli:main", "regenerate an ablation's tables and plots from run records"),
     "viz": ("vit_lightning.viz.cli:main", "the paper's analysis figures (attention, position embeddings) of a run"),
+    "fewshot": ("vit_lightning.fewshot:main", "few-shot linear accuracy of a finished run, into its record"),
     "bench": ("vit_lightning.bench:main", "throughput of our backbone vs timm on the same config"),
 }
 
 
 def usage() -> str:
     lines = ["usage: vit-ablate COMMAND [options]", "", "commands:"]
-    lines += [f"  {name:<7} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name:<9} {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += ["", "`vit-ablate COMMAND --help` shows a command's options."]
     return "\n".join(lines)
 

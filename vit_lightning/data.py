@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 
@@ -354,6 +355,15 @@ class ViTDataModule(pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, self.val_collate, shuffle=False)
+
+    def unaugmented_train(self) -> tuple[Dataset, torch.Tensor]:
+        """The training split as validation sees it (no augmentation) and its int64 (N,) labels, for probes."""
+        if self.train_set is None:
+            raise RuntimeError("call setup() before asking for the training split")
+        view = copy.copy(self.train_set)  # both TensorImages and ImageFolder keep their per-sample tf in .transform
+        view.transform = self.val_set.transform
+        labels = getattr(view, "labels", None)
+        return view, torch.as_tensor(view.targets if labels is None else labels, dtype=torch.int64)
 
     def _loader(self, dataset, collate, shuffle: bool) -> DataLoader:
         if dataset is None:

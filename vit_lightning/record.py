@@ -133,6 +133,7 @@ class RunRecord(pl.Callback):
         self.train_images = 0
         self.diverged = False
         self.record: dict = {}
+        self.extra_metrics: dict[str, float] = {}  # computed outside the epoch loop (few-shot accuracies)
         self._start = self._tick = 0.0
         self._validated = False
         self._bad = None  # device flag: a non-finite loss since the last check
@@ -145,6 +146,10 @@ class RunRecord(pl.Callback):
         self.history = list(state["history"])
         self.seconds = dict(state["seconds"])
         self.train_images = int(state["train_images"])
+
+    def add_metrics(self, values: dict[str, float]) -> None:
+        """Metrics another callback computed (few-shot evaluation); they stay in `metrics` from the next write on."""
+        self.extra_metrics.update(values)
 
     # --- hooks ----------------------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -240,7 +245,7 @@ class RunRecord(pl.Callback):
         rec, last = self.record, (self.history[-1] if self.history else {})
         accs = [h["val/acc"] for h in self.history if h.get("val/acc") is not None]
         rec["metrics"] = {**{k: last.get(k) for k in HISTORY_KEYS}, "val/acc_best": max(accs) if accs else None,
-                          "epochs": len(self.history), "steps": trainer.global_step}
+                          "epochs": len(self.history), "steps": trainer.global_step, **self.extra_metrics}
         totals = self._totals()
         rec["compute"]["wall_s"] = round(totals["wall"], 2)
         rec["compute"]["train_images_per_s"] = (

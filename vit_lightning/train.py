@@ -27,6 +27,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from torch.utils.data import DataLoader
 
+from vit_lightning import fewshot
 from vit_lightning.bookkeeping import FINAL, RUN_DEFAULTS, wandb_credentials
 from vit_lightning.data import ViTDataModule
 from vit_lightning.module import ViTClassifier
@@ -62,6 +63,10 @@ class FitCLI(LightningCLI):
         parser.add_argument("--run.wandb", type=Literal[WANDB_MODES], default="auto",
                             help="auto: on under a W&B agent or with credentials (offline without them).")
         parser.add_argument("--run.wandb_project", type=str | None, default=None, help="W&B project.")
+        parser.add_argument("--run.fewshot_shots", type=list[int], default=list(fewshot.SHOTS),
+                            help="k of the few-shot linear evaluation at the end of fit ([]: none).")
+        parser.add_argument("--run.fewshot_every", type=int, default=0,
+                            help="Also evaluate few-shot every N epochs (0: only at the end).")
         parser.set_defaults({"data.batch_size": 32})  # the CPU demo: many small steps suit a small ViT
         for key in LINKED:
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
@@ -75,12 +80,14 @@ class FitCLI(LightningCLI):
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
         self.run_dir = directory = run_dir(config)
         self.record = RunRecord(directory, config)
+        shots = config["run.fewshot_shots"]
         tty = sys.stdout.isatty()
         trainer_config = self._get(self.config_init, "trainer", default={})
         callbacks = [
             # One checkpoint, overwritten every epoch: {run dir}/last.ckpt (resume point, final weights).
             ModelCheckpoint(dirpath=directory, filename="last", save_top_k=1, save_on_train_epoch_end=True,
                             enable_version_counter=False),
+            *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
             self.record,
             EpochSeed(config.get("seed_everything")),
             RichProgressBar() if tty else EpochPrinter(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -17,6 +18,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default="runs", help="local run root holding RUNS/ABLATION/PROFILE/*/results.json")
     p.add_argument("--out", default=None, help="output folder (default: results/ABLATION); records in OUT/records")
     p.add_argument("--wandb", metavar="ENTITY/PROJECT/SWEEP_ID", help="also fetch the runs of this W&B sweep")
+    p.add_argument("--metric", default=None,
+                   help="record metric to tabulate instead of the ablation's own, e.g. val/fewshot5 (the paper's)")
     return p
 
 
@@ -33,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vit-ablate table: unknown profile {args.profile!r} for {ab.name}; "
               f"choose from {', '.join(ab.profiles)}", file=sys.stderr)
         return 2
+    if args.metric:
+        ab = dataclasses.replace(ab, metric=args.metric)
     out = Path(args.out or Path("results") / ab.name)
     new = collect(Path(args.runs), ab.name, args.profile, out / "records")
     if args.wandb:
