@@ -13,7 +13,7 @@ from scipy import stats
 
 from vit_lightning import ablation as ablations
 from vit_lightning.ablation import Ablation, Profile
-from vit_lightning.results import cli, records
+from vit_lightning.results import cli, store
 from vit_lightning.results.frame import cell_frame, runs_frame
 from vit_lightning.results.stats import summarize, welch_p
 
@@ -138,7 +138,7 @@ def pos_runs(root: Path) -> None:
 def test_pos_encoding_table(tmp_path):
     pos_runs(tmp_path / "runs")
     out, md = table(POS, tmp_path)
-    runs = runs_frame(POS, POS.profiles["demo"], records.load_records(out / "records"))
+    runs = runs_frame(POS, POS.profiles["demo"], store.load_records(out / "records"))
     cells = cell_frame(POS, POS.profiles["demo"], runs).set_index([ENC, INJ])
     assert cells.loc[("learned_1d", "stem"), ["mean", "std", "n"]].tolist() == pytest.approx([0.81, 0.01, 3])
     assert cells.loc[("sincos_2d", "every_layer"), "n"] == 0  # failed/diverged/running never averaged
@@ -241,18 +241,18 @@ def test_collect_copies_json_and_newer_record_wins(tmp_path):
     cell = {ENC: "none", INJ: "stem"}
     name = write_run(runs, POS, cell, 0, None, status="running", name="r0", hour=9)
     (runs / "pos_encoding" / "demo" / "r0" / "last.ckpt").write_bytes(b"weights")
-    assert records.collect(runs, "pos_encoding", "demo", dest) == ["r0"]
+    assert store.collect(runs, "pos_encoding", "demo", dest) == ["r0"]
     assert sorted(p.name for p in dest.iterdir()) == ["r0.json"]  # JSON only, no temp files left
     src = runs / "pos_encoding" / "demo" / name / "results.json"
     assert (dest / "r0.json").read_bytes() == src.read_bytes()  # copied byte for byte
     write_run(runs, POS, cell, 0, 0.5, name="r0", hour=11)  # the run finished: newer wins
-    assert records.collect(runs, "pos_encoding", "demo", dest) == ["r0"]
+    assert store.collect(runs, "pos_encoding", "demo", dest) == ["r0"]
     assert json.loads((dest / "r0.json").read_text())["status"] == "completed"
     write_run(runs, POS, cell, 0, None, status="failed", name="r0", hour=8)  # an older record loses
-    assert records.collect(runs, "pos_encoding", "demo", dest) == []
+    assert store.collect(runs, "pos_encoding", "demo", dest) == []
     assert json.loads((dest / "r0.json").read_text())["status"] == "completed"
     (runs / "pos_encoding" / "demo" / "r0" / "results.json").write_text("{half a rec")  # skipped, not fatal
-    assert records.collect(runs, "pos_encoding", "demo", dest) == [] and len(list(dest.iterdir())) == 1
+    assert store.collect(runs, "pos_encoding", "demo", dest) == [] and len(list(dest.iterdir())) == 1
 
 
 def test_duplicates_and_stale_settings_are_not_averaged(tmp_path):
@@ -303,7 +303,7 @@ def fake_wandb_runs() -> list[FakeRun]:
 
 
 def test_wandb_run_maps_to_record():
-    a, b, c, _ = (records.from_wandb_run(r, "pos_encoding", "demo", "sw1") for r in fake_wandb_runs())
+    a, b, c, _ = (store.from_wandb_run(r, "pos_encoding", "demo", "sw1") for r in fake_wandb_runs())
     assert a["status"] == "completed" and a["name"] == "a" and a["profile"] == "demo"
     assert a["config"] == {"model.pos_encoding": "none", "model.pos_injection": "stem", "seed_everything": 0,
                            "run.ablation": "pos_encoding", "run.profile": "demo", "data.name": "mnist5k"}

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vit_lightning.results.records import collect, fetch_wandb
+from vit_lightning.results.store import collect, fetch_wandb
 from vit_lightning.results.tables import build
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 from vit_lightning.results import plots
 from vit_lightning.results.frame import cell_frame, runs_frame, with_best
 from vit_lightning.bookkeeping import write_atomic
-from vit_lightning.results.records import load_records
+from vit_lightning.results.store import load_records
 from vit_lightning.results.render import Report, Table, to_latex, to_markdown
 from vit_lightning.results.stats import ALPHA, beats, fmt_p, verdict, welch_p
 
