@@ -50,7 +50,7 @@ def table(ab: Ablation, tmp_path: Path) -> tuple[Path, str]:
     """Run `vit-ablate table` on tmp_path/runs with the given ablation; the out dir and table.md text."""
     out = tmp_path / "results" / ab.name
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ablations, "load", lambda name: ab)
+        mp.setattr(ablations, "load", lambda name, directory=None: ab)
         assert cli.main([ab.name, "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
     check_markdown(out / "table.md")
     check_latex(out / "table.tex")
@@ -321,7 +321,7 @@ def test_table_cli_with_wandb_fake_api(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     api = FakeApi(fake_wandb_runs())
     monkeypatch.setattr(wandb, "Api", lambda: api)
-    monkeypatch.setattr(ablations, "load", lambda name: POS)
+    monkeypatch.setattr(ablations, "load", lambda name, directory=None: POS)
     out = tmp_path / "out"
     assert cli.main(["pos_encoding", "--runs", str(tmp_path / "none"), "--out", str(out),
                      "--wandb", "me/vit/sw1"]) == 0
@@ -336,7 +336,7 @@ def test_cli_rejects_unknown_names(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert cli.main(["no_such_ablation"]) == 2
     assert "unknown ablation" in capsys.readouterr().err
-    monkeypatch.setattr(ablations, "load", lambda name: POS)
+    monkeypatch.setattr(ablations, "load", lambda name, directory=None: POS)
     assert cli.main(["pos_encoding", "--profile", "huge"]) == 2
     err = capsys.readouterr().err
     assert "unknown profile 'huge'" in err and "demo" in err and not (tmp_path / "results").exists()
