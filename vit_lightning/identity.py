@@ -19,6 +19,7 @@ from vit_lightning.bookkeeping import RUN_DEFAULTS
 
 # Keys that do not change what is trained: bookkeeping (already in the path) and display switches.
 NOT_IDENTITY = ("run.", "trainer.enable_progress_bar", "trainer.enable_model_summary")
+TRIAL_KEY = "run.trial"  # fit's option for the id the sweep runner hands each trial
 TRIAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one path component, never "..", never hidden
 INT = re.compile(r"[-+]?[0-9]+")
 FLOAT = re.compile(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][-+]?[0-9]+)?")
@@ -108,7 +109,7 @@ def run_name(params: dict[str, Any]) -> str:
 def run_dir(config: dict[str, Any]) -> Path:
     """{run.root}/{run.ablation}/{run.profile}/{run.trial, else run_name(config)}."""
     get = lambda key: str(config.get(key) or RUN_DEFAULTS[key])  # noqa: E731
-    trial = config.get("run.trial")
+    trial = config.get(TRIAL_KEY)
     if trial is not None and not TRIAL_NAME.fullmatch(str(trial)):
-        raise ValueError(f"run.trial={trial!r} must be one plain name of letters, digits, '.', '_' and '-'")
+        raise ValueError(f"{TRIAL_KEY}={trial!r} must be one plain name of letters, digits, '.', '_' and '-'")
     return Path(get("run.root")) / get("run.ablation") / get("run.profile") / (trial or run_name(config))

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from vit_lightning.bookkeeping import RECORD
-from vit_lightning.identity import run_dir, run_name
+from vit_lightning.identity import TRIAL_KEY, run_dir, run_name
 from vit_lightning.sweep.expand import expand, render_args
 
-TRIAL_KEY = "run.trial"  # fit's option for the id the runner hands each trial
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]  # W&B's default
 
 
