@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader
 from vit_lightning.bookkeeping import FINAL, RUN_DEFAULTS, wandb_credentials
 from vit_lightning.data import ViTDataModule
 from vit_lightning.module import ViTClassifier
-from vit_lightning.identity import flatten, run_dir
+from vit_lightning.identity import flatten, normalize, run_dir
 from vit_lightning.record import RECORD, RunRecord, read_record
 
 # Demo defaults (with ViTClassifier's patch_size=7, lr=2e-3 and batches of 32): micro on mnist5k
@@ -74,7 +74,8 @@ class FitCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """Trainer whose logs, checkpoint and record all live in the run dir (nothing is written until fit)."""
-        config = flatten({k: v for k, v in self.config.as_dict().items() if k != "config"})
+        # normalised once (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2): the name, record and loggers agree
+        config = normalize(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
         self.run_dir = directory = run_dir(config)
         self.record = RunRecord(directory, config)
