@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import sys
 from pathlib import Path
 
 import yaml
 
-from vit_lightning.identity import normalize
 from vit_lightning.sweep import local, supervise, trials, validate, wandb_backend, yamls
 from vit_lightning.sweep.validate import SweepError
 
@@ -132,8 +130,7 @@ def checked_trials(configs: list[dict], args) -> list[trials.Trial]:
         all_trials = trials.build(configs, count=args.count, seed=args.seed)
     except ValueError as err:
         raise SweepError(str(err)) from None
-    swept = [k for k in (all_trials[0].params if all_trials else {})
-             if len({json.dumps(normalize(t.params.get(k))) for t in all_trials}) > 1]
+    swept = trials.swept_keys(all_trials)
     for k, trial in enumerate(all_trials, 1):
         try:
             validate.check_trial(list(trial.args))

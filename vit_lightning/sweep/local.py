@@ -21,7 +21,7 @@ from typing import Callable
 
 from vit_lightning.bookkeeping import FINAL, now, write_atomic
 from vit_lightning.sweep.supervise import Supervisor
-from vit_lightning.sweep.trials import Trial, executable, find_record
+from vit_lightning.sweep.trials import Trial, executable, find_record, swept_keys
 
 STATE = ".sweep-state.json"
 
@@ -96,7 +96,7 @@ class Runner:
         self.queue: list[Trial] = []
         self.durations: list[float] = []
         self.counts = {"completed": 0, "diverged": 0, "failed": 0, "interrupted": 0}
-        self.swept = [k for k in (trials[0].params if trials else {}) if len({str(t.params.get(k)) for t in trials}) > 1]
+        self.swept = swept_keys(trials)
 
     # --- planning ------------------------------------------------------------------------------------
     def plan(self) -> list[Trial]:

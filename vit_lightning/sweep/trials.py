@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vit_lightning.bookkeeping import RECORD
-from vit_lightning.identity import TRIAL_KEY, run_dir, run_name
+from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, run_name
 from vit_lightning.sweep.expand import expand, render_args
 
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]  # W&B's default
@@ -88,6 +88,12 @@ def build(configs: list[dict], count: int | None = None, seed: int = 0) -> list[
             trial = Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)))
             trials.setdefault(trial.run_dir, trial)
     return list(trials.values())
+
+
+def swept_keys(trials: list[Trial]) -> list[str]:
+    """The parameters whose values tell the trials apart (compared in normal form)."""
+    first = trials[0].params if trials else {}
+    return [k for k in first if len({json.dumps(normalize(t.params.get(k))) for t in trials}) > 1]
 
 
 def find_record(trial: Trial) -> dict | None:

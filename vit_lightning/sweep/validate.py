@@ -154,7 +154,7 @@ def known_keys() -> set[str]:
 
 
 def check_trial(args: list[str]) -> None:
-    """Everything `fit` checks before training, for one trial's `${args}`: types, choices, and the model's shapes."""
+    """One trial's `${args}` as fit would take them: types and choices, then its model built at the data's image size."""
     check_model(parse_trial(args))
 
 
