@@ -16,7 +16,7 @@ from scipy import stats
 
 from vit_lightning import ablation as ablations
 from vit_lightning.ablation import Ablation, Profile
-from vit_lightning.results import cli, records
+from vit_lightning.results import cli, store
 from vit_lightning.results.frame import cell_frame, runs_frame
 from vit_lightning.results.layouts import BUILDERS
 from vit_lightning.results.optimum import differ, optimum, peak, ratio
@@ -56,7 +56,7 @@ def table(ab: Ablation, tmp_path: Path) -> tuple[Path, str]:
     """Run `vit-ablate table` on tmp_path/runs with the given ablation; the out dir and table.md text."""
     out = tmp_path / "results" / ab.name
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ablations, "load", lambda name: ab)
+        mp.setattr(ablations, "load", lambda name, directory=None: ab)
         assert cli.main([ab.name, "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
     check_markdown(out / "table.md")
     check_latex(out / "table.tex")
@@ -185,7 +185,7 @@ def pos_runs(root: Path) -> None:
 def test_pos_encoding_table(tmp_path):
     pos_runs(tmp_path / "runs")
     out, md = table(POS, tmp_path)
-    runs = runs_frame(POS, POS.profiles["demo"], records.load_records(out / "records"))
+    runs = runs_frame(POS, POS.profiles["demo"], store.load_records(out / "records"))
     cells = cell_frame(POS, POS.profiles["demo"], runs).set_index([ENC, INJ])
     assert cells.loc[("learned_1d", "stem"), ["mean", "std", "n"]].tolist() == pytest.approx([0.81, 0.01, 3])
     assert cells.loc[("sincos_2d", "every_layer"), "n"] == 0  # failed/diverged/running never averaged
@@ -383,18 +383,18 @@ def test_collect_copies_json_and_newer_record_wins(tmp_path):
     cell = {ENC: "none", INJ: "stem"}
     name = write_run(runs, POS, cell, 0, None, status="running", name="r0", hour=9)
     (runs / "pos_encoding" / "demo" / "r0" / "last.ckpt").write_bytes(b"weights")
-    assert records.collect(runs, "pos_encoding", "demo", dest) == ["r0"]
+    assert store.collect(runs, "pos_encoding", "demo", dest) == ["r0"]
     assert sorted(p.name for p in dest.iterdir()) == ["r0.json"]  # JSON only, no temp files left
     src = runs / "pos_encoding" / "demo" / name / "results.json"
     assert (dest / "r0.json").read_bytes() == src.read_bytes()  # copied byte for byte
     write_run(runs, POS, cell, 0, 0.5, name="r0", hour=11)  # the run finished: newer wins
-    assert records.collect(runs, "pos_encoding", "demo", dest) == ["r0"]
+    assert store.collect(runs, "pos_encoding", "demo", dest) == ["r0"]
     assert json.loads((dest / "r0.json").read_text())["status"] == "completed"
     write_run(runs, POS, cell, 0, None, status="failed", name="r0", hour=8)  # an older record loses
-    assert records.collect(runs, "pos_encoding", "demo", dest) == []
+    assert store.collect(runs, "pos_encoding", "demo", dest) == []
     assert json.loads((dest / "r0.json").read_text())["status"] == "completed"
     (runs / "pos_encoding" / "demo" / "r0" / "results.json").write_text("{half a rec")  # skipped, not fatal
-    assert records.collect(runs, "pos_encoding", "demo", dest) == [] and len(list(dest.iterdir())) == 1
+    assert store.collect(runs, "pos_encoding", "demo", dest) == [] and len(list(dest.iterdir())) == 1
 
 
 def test_duplicates_and_stale_settings_are_not_averaged(tmp_path):
@@ -445,7 +445,7 @@ def fake_wandb_runs() -> list[FakeRun]:
 
 
 def test_wandb_run_maps_to_record():
-    a, b, c, _ = (records.from_wandb_run(r, "pos_encoding", "demo", "sw1") for r in fake_wandb_runs())
+    a, b, c, _ = (store.from_wandb_run(r, "pos_encoding", "demo", "sw1") for r in fake_wandb_runs())
     assert a["status"] == "completed" and a["name"] == "a" and a["profile"] == "demo"
     assert a["config"] == {"model.pos_encoding": "none", "model.pos_injection": "stem", "seed_everything": 0,
                            "run.ablation": "pos_encoding", "run.profile": "demo", "data.name": "mnist5k"}
@@ -463,7 +463,7 @@ def test_table_cli_with_wandb_fake_api(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     api = FakeApi(fake_wandb_runs())
     monkeypatch.setattr(wandb, "Api", lambda: api)
-    monkeypatch.setattr(ablations, "load", lambda name: POS)
+    monkeypatch.setattr(ablations, "load", lambda name, directory=None: POS)
     out = tmp_path / "out"
     assert cli.main(["pos_encoding", "--runs", str(tmp_path / "none"), "--out", str(out),
                      "--wandb", "me/vit/sw1"]) == 0
@@ -478,7 +478,7 @@ def test_cli_rejects_unknown_names(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert cli.main(["no_such_ablation"]) == 2
     assert "unknown ablation" in capsys.readouterr().err
-    monkeypatch.setattr(ablations, "load", lambda name: POS)
+    monkeypatch.setattr(ablations, "load", lambda name, directory=None: POS)
     assert cli.main(["pos_encoding", "--profile", "huge"]) == 2
     err = capsys.readouterr().err
     assert "unknown profile 'huge'" in err and "demo" in err and not (tmp_path / "results").exists()

@@ -219,15 +219,24 @@ def test_dry_run_set_overrides_every_trial(capsys):
 
 
 # --- W&B backend -------------------------------------------------------------------------------------
-def test_agent_groups_split_the_node():
+def test_gpu_split_is_shared_by_both_backends():
+    from vit_lightning.sweep.supervise import slot_envs, split_gpus
+
     gpus = [str(i) for i in range(8)]
-    assert wandb_backend.agent_groups(gpus) == [[g] for g in gpus]
-    assert wandb_backend.agent_groups(gpus, gpus_per_agent=2) == [["0", "1"], ["2", "3"], ["4", "5"], ["6", "7"]]
-    assert wandb_backend.agent_groups(gpus, agents=1) == [gpus]
-    assert wandb_backend.agent_groups(gpus, gpus_per_agent=3) == [["0", "1", "2"], ["3", "4", "5"]]
-    assert wandb_backend.agent_groups([], agents=2) == [[], []]
+    assert split_gpus(gpus) == [[g] for g in gpus]  # W&B default: one agent per GPU
+    assert split_gpus(gpus, per_group=2) == [["0", "1"], ["2", "3"], ["4", "5"], ["6", "7"]]
+    assert split_gpus(gpus, groups=1) == [gpus]
+    assert split_gpus(gpus, per_group=3) == [["0", "1", "2"], ["3", "4", "5"]]
+    assert split_gpus(gpus[:4], groups=2) == [["0", "1"], ["2", "3"]]  # local --parallel 2
+    assert split_gpus([], groups=2) == [[], []]
     with pytest.raises(ValueError, match="needs 8 GPUs"):
-        wandb_backend.agent_groups(gpus[:4], gpus_per_agent=2, agents=4)
+        split_gpus(gpus[:4], groups=4, per_group=2)
+    with pytest.raises(ValueError, match="needs 3 GPUs; 2 visible"):
+        split_gpus(gpus[:2], groups=3)
+    assert slot_envs([["0", "1"], ["2", "3"]]) == [{"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}]
+    assert slot_envs([[]]) == [{}]
+    assert slot_envs([[], []], cpus=8) == [{"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}] * 2
+    assert wandb_backend.agent_commands(["p/x"], [[], []], forward_signals=False)[1].env == slot_envs([[], []])[1]
 
 
 def test_agent_commands_and_env():
@@ -296,18 +305,132 @@ def test_run_agents_pins_each_agent_and_staggers_starts(tmp_path):
     assert first["2,3"] - first["0,1"] >= 0.4
 
 
-def test_records_match_trials_as_fit_parsed_them(tmp_path):
+# --- one trial identity: the runner, fit and the tables read values alike ------------------------------
+def test_normalize_reads_values_as_fit_parses_them():
+    from vit_lightning.identity import normalize, same
+
+    assert normalize("1e-4") == normalize(0.0001) == 0.0001 and normalize("1.5E3") == 1500
+    assert normalize("2") == normalize(2.0) == 2 and normalize("-3") == -3
+    assert normalize("true") is True and normalize("False") is False and normalize(True) is True
+    assert normalize(("1", 2.5)) == [1, 2.5] and normalize({"a": "3"}) == {"a": 3}
+    assert normalize("none") == "none" and normalize("learned_1d") == "learned_1d" and normalize(None) is None
+    assert same([1, 1], (1.0, "1")) and not same(0.001, 0.0001) and not same("cls", "gap")
+
+
+def test_runner_and_tables_agree_on_a_value_spelled_two_ways(tmp_path):
+    from vit_lightning.identity import run_name
+    from vit_lightning.results.frame import cell_index
+    from vit_lightning.sweep.trials import build
+
+    def sweep(lr):
+        params = {"model.lr": {"value": lr}, "seed_everything": {"value": 0}, "run.root": {"value": str(tmp_path)}}
+        return {"method": "grid", "command": yamls.COMMAND, "parameters": params}
+
+    text, number = build([sweep("1e-4")])[0], build([sweep(0.0001)])[0]  # YAML reads 1e-4 as a string
+    assert text.id == number.id == run_name({"model.lr": 0.0001, "seed_everything": 0}) and text.run_dir == number.run_dir
+    assert f"--run.trial={text.id}" in text.command
+    # a record fit wrote (lr parsed as the float) belongs to the designed cell either way
+    assert cell_index([{"model.lr": "1e-4"}], {"model.lr": 0.0001}) == 0
+    assert cell_index([{"model.lr": 0.001}], {"model.lr": 0.0001}) == -1
+    assert len(build([sweep("1e-4"), sweep(0.0001)])) == 1  # one run, not two
+
+
+def test_a_trial_finds_its_record_by_id(tmp_path):
     import json
 
-    from vit_lightning.sweep.trials import Trial, find_record
+    from vit_lightning.sweep.trials import build, find_record
 
-    params = {"model.lr": "1e-4", "trainer.devices": 1, "model.hybrid_layers": [1, 1], "data.randaugment": True,
-              "run.root": str(tmp_path), "run.ablation": "a", "run.profile": "p"}
-    trial = Trial(params, tuple(render_args(params)), ("vit-ablate", "fit", *render_args(params)))
-    run = tmp_path / "a" / "p" / "r1"
-    run.mkdir(parents=True)
-    config = {**params, "model.lr": 0.0001, "trainer.devices": "1", "model.pos_encoding": "none"}
-    (run / "results.json").write_text(json.dumps({"status": "completed", "config": config}))
-    assert find_record(trial)["status"] == "completed"
-    (run / "results.json").write_text(json.dumps({"status": "completed", "config": {**config, "model.lr": 0.001}}))
-    assert find_record(trial) is None
+    params = {"model.lr": {"values": [0.1, 0.2]}, "run.root": {"value": str(tmp_path)},
+              "run.ablation": {"value": "a"}, "run.profile": {"value": "p"}}
+    first, second = build([{"method": "grid", "command": yamls.COMMAND, "parameters": params}])
+    assert first.id != second.id and first.run_dir == tmp_path / "a" / "p" / first.id
+
+    def write(directory, **record):
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "results.json").write_text(json.dumps({"status": "completed", **record}))
+
+    assert find_record(first) is None
+    write(tmp_path / "a" / "p" / "other", trial="other", config={"model.lr": 0.1})  # same values, another run
+    assert find_record(first) is None
+    write(first.run_dir, trial=second.id)  # a record that says it is another trial's
+    assert find_record(first) is None
+    write(first.run_dir, trial=first.id)
+    assert find_record(first)["status"] == "completed" and find_record(second) is None
+
+
+def test_fit_names_its_run_dir_with_the_trial_id(tmp_path):
+    from vit_lightning.identity import run_dir, run_name
+
+    config = {"run.root": str(tmp_path), "run.ablation": "a", "run.profile": "p", "model.lr": 0.1}
+    assert run_dir(config) == tmp_path / "a" / "p" / run_name(config)
+    assert run_dir({**config, "run.trial": "t-1"}) == tmp_path / "a" / "p" / "t-1"
+    assert run_name(config) == run_name({**config, "run.profile": "q", "trainer.enable_progress_bar": False})
+    assert run_name(config) != run_name({**config, "model.lr": 0.2})
+    for bad in ("../x", "a/b", ".hidden", ""):
+        with pytest.raises(ValueError, match="run.trial"):
+            run_dir({**config, "run.trial": bad})
+
+
+def test_a_sweep_may_not_set_the_trial_id(tmp_path, capsys):
+    code, _, err = run_cli([write_sweep(tmp_path, {"run.trial": {"value": "x"}}), "--dry-run"], capsys)
+    assert code == 2 and "run.trial is handed to each trial by the sweep runner" in err
+
+
+# --- every trial is checked before any starts --------------------------------------------------------
+def test_a_patch_size_that_does_not_divide_the_image_is_rejected_up_front(tmp_path, capsys):
+    from vit_lightning.sweep import local
+
+    runs = tmp_path / "runs"
+    params = {"model.patch_size": {"values": [7, 5]}, "data.name": {"value": "mnist5k"},
+              "run.root": {"value": str(runs)}}
+    code, out, err = run_cli([write_sweep(tmp_path, params), "--backend", "local"], capsys)
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1, err
+    assert "model.patch_size=5" in err and "not divisible by patch_size=5" in err
+    assert "1, 2, 4, 7, 14, 28" in err  # the valid choices for 28-pixel digits
+    assert not runs.exists()
+    # the linked size follows the data: 8 divides CIFAR's 32 px and data.img_size=40, not 28
+    good = {"model.patch_size": {"value": 8}, "data.name": {"value": "cifar10"}, "run.root": {"value": str(runs)}}
+    assert run_cli([write_sweep(tmp_path, good), "--dry-run"], capsys)[0] == 0
+    sized = {**good, "data.name": {"value": "imagefolder"}, "data.img_size": {"values": [40, 28]}}
+    code, _, err = run_cli([write_sweep(tmp_path, sized), "--dry-run"], capsys)
+    assert code == 2 and "data.img_size=28" in err and "image size 28 is not divisible by patch_size=8" in err
+    assert not runs.exists() and not list(tmp_path.glob(f"**/{local.STATE}"))
+
+
+# --- ablations come from the package -----------------------------------------------------------------
+def test_ablations_load_independent_of_the_working_directory(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    local_dir = tmp_path / "ablations"  # a folder that shadowed the packaged ones when loaded from the cwd
+    local_dir.mkdir()
+    (local_dir / "pos_encoding.py").write_text("raise SystemExit('code from the working directory ran')\n")
+    (local_dir / "mine.py").write_text("raise SystemExit('code from the working directory ran')\n")
+    script = ("from vit_lightning.ablation import available, load; "
+              "print(' '.join(available()), load('pos_encoding').name)")
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == sorted(p.stem for p in (REPO / "ablations").glob("[!_]*.py")) + ["pos_encoding"]
+
+
+def test_ablations_dir_adds_user_ablations(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    source = (REPO / "ablations" / "hybrid.py").read_text().replace('name="hybrid"', 'name="my_stems"')
+    (mine / "my_stems.py").write_text(source)
+    code, out, _ = run_cli(["my_stems", "--ablations-dir", str(mine), "--dry-run"], capsys)
+    assert code == 0 and len(out.strip().splitlines()) == 4 and "--run.ablation=my_stems" in out
+    assert run_cli(["my_stems", "--dry-run"], capsys)[0] == 2  # only when asked for
+    (mine / "hybrid.py").write_text(source)
+    code, _, err = run_cli(["my_stems", "--ablations-dir", str(mine), "--dry-run"], capsys)
+    assert code == 2 and "hybrid.py: a packaged ablation has this name" in err
+
+
+def test_every_package_is_installed():
+    import tomllib
+
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "vit_lightning").rglob("__init__.py")}
+    assert set(setup["packages"]) == found | {"vit_lightning.ablations"}
+    assert setup["package-dir"] == {"vit_lightning.ablations": "ablations"}

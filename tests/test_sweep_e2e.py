@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vit_lightning.sweep import cli, local
+from vit_lightning.sweep import cli, local, trials
 
 WRAPPER = r'''
 import hashlib, json, os, sys
@@ -61,6 +61,18 @@ def test_grid_2x2_leaves_four_completed_records(tmp_path, monkeypatch):
     cells = {(r["config"]["model.pos_encoding"], r["config"]["model.pooling"]) for r in recs}
     assert cells == {(e, p) for e in ("learned_1d", "none") for p in ("cls", "gap")}
     assert all(r["metrics"]["val/acc_best"] is not None for r in recs)
+    # fit named each run with the id the runner handed it, and wrote it into the record
+    ids = {t.id for t in trials.build([yaml.safe_load(Path(sweep).read_text())])}
+    assert {r["trial"] for r in recs} == {r["name"] for r in recs} == ids
+
+
+def test_fit_refuses_a_trial_id_that_is_not_a_plain_name(tmp_path, capsys):
+    from vit_lightning import train
+
+    code = train.main(["--run.trial=../elsewhere", f"--run.root={tmp_path / 'runs'}", "--trainer.max_epochs=1"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "run.trial='../elsewhere' must be" in err
+    assert not any(tmp_path.iterdir())
 
 
 def _running_pid(tmp_path: Path, timeout: float = 30) -> int:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import itertools
+import pkgutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 SEED_KEY = "seed_everything"
@@ -198,29 +202,62 @@ def profile(name: str, grids, fixed: dict | None = None, seeds=None, description
     return Profile(name, fixed, grids, seeds, ", ".join(filter(None, [description, budget])))
 
 
-def ablations_dir() -> Path:
-    """ablations/ under the working directory, else next to the package's source tree."""
-    for base in (Path.cwd(), Path(__file__).resolve().parent.parent):
-        if (base / "ablations").is_dir():
-            return base / "ablations"
-    raise FileNotFoundError("no ablations/ directory in the working directory or the source tree")
+PACKAGE = "vit_lightning.ablations"  # installed from the top-level ablations/ folder (pyproject: package-dir)
 
 
-def available() -> list[str]:
-    """Names of the ablations that ablations/ defines."""
-    return sorted(p.stem for p in ablations_dir().glob("*.py") if not p.stem.startswith("_"))
+def source_checkout() -> Path | None:
+    """The source tree this package runs from (editable install or PYTHONPATH), if it is one."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "ablations" / "__init__.py").is_file() else None
 
 
-def load(name: str) -> Ablation:
-    """Import ablations/<name>.py and return its ABLATION."""
-    names = available()
+def packaged() -> ModuleType:
+    """The ablations package: this checkout's ablations/ when running from source, else the installed one."""
+    if PACKAGE in sys.modules:
+        return sys.modules[PACKAGE]
+    root = source_checkout()
+    if root is None:
+        return importlib.import_module(PACKAGE)
+    # Under PYTHONPATH the package's own folder has no ablations/; an editable install of another
+    # checkout would map the name there. Both ways this checkout's folder is the right one.
+    folder = root / "ablations"
+    spec = importlib.util.spec_from_file_location(PACKAGE, folder / "__init__.py", submodule_search_locations=[str(folder)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+
+
+def available(directory: Path | None = None) -> list[str]:
+    """Names of the packaged ablations, plus those in `directory` (the user's --ablations-dir)."""
+    names = sorted(m.name for m in pkgutil.iter_modules(packaged().__path__) if not m.name.startswith("_"))
+    if directory is None:
+        return names
+    if not Path(directory).is_dir():
+        raise ValueError(f"--ablations-dir {directory}: not a directory")
+    if clash := sorted(set(names) & set(_names(Path(directory)))):
+        raise ValueError(f"{Path(directory) / clash[0]}.py: a packaged ablation has this name; rename the file and its name=")
+    return sorted(names + _names(Path(directory)))
+
+
+def load(name: str, directory: Path | None = None) -> Ablation:
+    """The ABLATION of a packaged ablation, or of `directory`/<name>.py."""
+    names = available(directory)
     if name not in names:
         raise ValueError(f"unknown ablation {name!r}; choose from {', '.join(names)}")
-    path = ablations_dir() / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"vit_lightning_ablations.{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    if directory is not None and (Path(directory) / f"{name}.py").is_file():
+        path = Path(directory) / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"vit_lightning_user_ablations.{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses and pickling look a module up by name
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(f"{packaged().__name__}.{name}")
     ablation = getattr(module, "ABLATION", None)
     if not isinstance(ablation, Ablation) or ablation.name != name:
-        raise ValueError(f"{path}: must define ABLATION = Ablation(name={name!r}, ...)")
+        raise ValueError(f"{module.__file__}: must define ABLATION = Ablation(name={name!r}, ...)")
     return dataclasses.replace(ablation, doc=(module.__doc__ or "").strip())

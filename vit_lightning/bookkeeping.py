@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 RUN_DEFAULTS = {"run.root": "runs", "run.ablation": "adhoc", "run.profile": "local"}  # fit's --run.* defaults
+RECORD = "results.json"  # a run's record, in its run directory
 FINAL = ("completed", "diverged")  # record statuses that end a run: a re-run skips it unless asked to retrain
 
 

@@ -1,10 +1,8 @@
-"""The run record: one directory per run named from its config, holding results.json (rank 0 writes it)."""
+"""The run record: results.json in the run's directory (see identity.run_dir), written by rank 0."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import platform
 import time
@@ -15,67 +13,11 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
-from vit_lightning.bookkeeping import now, write_atomic
+from vit_lightning.bookkeeping import RECORD, now, write_atomic
+from vit_lightning.identity import number, plain
 
 SCHEMA = 1
-RECORD = "results.json"
-# Keys that do not change what is trained: bookkeeping (already in the path) and display switches.
-NOT_IDENTITY = ("run.", "trainer.enable_progress_bar", "trainer.enable_model_summary")
 HISTORY_KEYS = ("val/acc", "val/acc5", "val/loss", "train/loss", "train/acc")
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """Nested config -> flat dotted keys with plain JSON values (tuples become lists, paths strings).
-
-    A class given as {class_path, init_args} (a callback, a logger) stays one value.
-    """
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value and "class_path" not in value:
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = _plain(value)
-    return flat
-
-
-def canonical(config: dict[str, Any]) -> dict[str, Any]:
-    """Spellings Lightning treats alike, made equal (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2)."""
-    devices = config.get("trainer.devices")
-    if isinstance(devices, str) and devices.isdigit():
-        config["trainer.devices"] = int(devices)
-    return config
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # strict JSON has no NaN/inf
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
-
-
-def run_name(config: dict[str, Any]) -> str:
-    """Readable summary of the ablation axes plus a hash of everything that changes training."""
-    identity = {k: v for k, v in config.items() if not k.startswith(NOT_IDENTITY)}
-    digest = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
-    get = config.get
-    parts = [get("data.name"), get("model.variant"), f"p{get('model.patch_size')}", get("model.pos_encoding"),
-             get("model.pos_injection"), get("model.pooling")]
-    if get("model.stem") == "hybrid":
-        parts[2] = "hybrid" + "-".join(map(str, get("model.hybrid_layers") or []))
-    parts += [f"lr{get('model.lr'):g}" if isinstance(get("model.lr"), float) else None,
-              f"s{get('seed_everything')}", digest]
-    name = "-".join(str(p) for p in parts if p is not None)
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
-
-
-def run_dir(config: dict[str, Any]) -> Path:
-    """{run.root}/{run.ablation}/{run.profile}/{run_name}: the same config always gives the same directory."""
-    return Path(config["run.root"]) / config["run.ablation"] / config["run.profile"] / run_name(config)
 
 
 def read_record(directory: Path) -> dict | None:
@@ -85,7 +27,7 @@ def read_record(directory: Path) -> dict | None:
 
 def write_record(directory: Path, record: dict) -> None:
     """Atomic write: readers never see a half-written results.json."""
-    write_atomic(directory / RECORD, (json.dumps(_plain(record), indent=2, allow_nan=False) + "\n").encode())
+    write_atomic(directory / RECORD, (json.dumps(plain(record), indent=2, allow_nan=False) + "\n").encode())
 
 
 def versions() -> dict[str, str]:
@@ -192,7 +134,7 @@ class RunRecord(pl.Callback):
         self._check_divergence(trainer)
         if not self._validated:
             return
-        metrics = {k: _number(trainer.callback_metrics.get(k)) for k in HISTORY_KEYS}
+        metrics = {k: plain(number(trainer.callback_metrics.get(k))) for k in HISTORY_KEYS}  # non-finite: None
         self.history.append({"epoch": trainer.current_epoch, "step": trainer.global_step, **metrics})
         if trainer.is_global_zero:
             self._update(trainer)
@@ -213,7 +155,7 @@ class RunRecord(pl.Callback):
         previous = read_record(self.directory) or {}
         cfg = self.config
         return {
-            "schema": SCHEMA, "name": self.directory.name,
+            "schema": SCHEMA, "name": self.directory.name, "trial": self.directory.name,  # the sweep's lookup key
             "ablation": cfg["run.ablation"], "profile": cfg["run.profile"],
             "status": "running", "config": cfg, "metrics": {}, "history": self.history,
             "compute": {
@@ -259,13 +201,6 @@ class RunRecord(pl.Callback):
 
     def _write(self) -> None:
         write_record(self.directory, self.record)
-
-
-def _number(value) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
 
 
 def _wandb_info(trainer: pl.Trainer) -> dict | None:

@@ -31,7 +31,8 @@ from vit_lightning import fewshot
 from vit_lightning.bookkeeping import FINAL, RUN_DEFAULTS, wandb_credentials
 from vit_lightning.data import ViTDataModule
 from vit_lightning.module import ViTClassifier
-from vit_lightning.record import RECORD, RunRecord, canonical, flatten, read_record, run_dir
+from vit_lightning.identity import flatten, normalize, run_dir
+from vit_lightning.record import RECORD, RunRecord, read_record
 
 # Demo defaults (with ViTClassifier's patch_size=7, lr=2e-3 and batches of 32): micro on mnist5k
 # reaches about 90% val acc in 12 epochs, under a minute on 2 CPU cores. GPU users add --trainer.precision=bf16-mixed (and
@@ -59,6 +60,8 @@ class FitCLI(LightningCLI):
                             help="Ablation this run belongs to.")
         parser.add_argument("--run.profile", type=str, default=RUN_DEFAULTS["run.profile"],
                             help="Profile (demo, cifar10, ...).")
+        parser.add_argument("--run.trial", type=str | None, default=None,
+                            help="Run directory name given by the sweep runner (default: from the config).")
         parser.add_argument("--run.retrain", type=bool, default=False, help="Train again even if completed.")
         parser.add_argument("--run.wandb", type=Literal[WANDB_MODES], default="auto",
                             help="auto: on under a W&B agent or with credentials (offline without them).")
@@ -76,7 +79,8 @@ class FitCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """Trainer whose logs, checkpoint and record all live in the run dir (nothing is written until fit)."""
-        config = canonical(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
+        # normalised once (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2): the name, record and loggers agree
+        config = normalize(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
         self.run_dir = directory = run_dir(config)
         self.record = RunRecord(directory, config)

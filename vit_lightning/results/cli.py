@@ -7,13 +7,14 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from vit_lightning.results.records import collect, fetch_wandb
+from vit_lightning.results.store import collect, fetch_wandb
 from vit_lightning.results.tables import build
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vit-ablate table", description=__doc__.split(":", 1)[1].strip())
-    p.add_argument("ablation", help="ablation name (ablations/<name>.py)")
+    p.add_argument("ablation", help="ablation name: a packaged one, or DIR/<name>.py with --ablations-dir DIR")
+    p.add_argument("--ablations-dir", type=Path, metavar="DIR", help="also load ablations from DIR/<name>.py")
     p.add_argument("--profile", default="demo", help="which profile's runs to tabulate (default: demo)")
     p.add_argument("--runs", default="runs", help="local run root holding RUNS/ABLATION/PROFILE/*/results.json")
     p.add_argument("--out", default=None, help="output folder (default: results/ABLATION); records in OUT/records")
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from vit_lightning import ablation as ablations
 
     try:
-        ab = ablations.load(args.ablation)
+        ab = ablations.load(args.ablation, args.ablations_dir)
     except (ValueError, KeyError, FileNotFoundError) as e:
         print(f"vit-ablate table: {e}", file=sys.stderr)
         return 2

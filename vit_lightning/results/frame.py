@@ -2,34 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 import pandas as pd
 
-from vit_lightning.results.records import record_time
+from vit_lightning.identity import plain, same
+from vit_lightning.results.store import record_time
 from vit_lightning.results.stats import summarize
 
 SEED = "seed_everything"
 COMPUTE = ("params", "gflops_per_image", "train_images_per_s", "wall_s")
 UNFINISHED = {"failed": "did not finish", "diverged": "did not finish (non-finite loss)",
               "running": "unfinished (still running, or killed)"}
-
-
-def plain(value: Any) -> Any:
-    """A value as JSON sees it (tuples -> lists), so designed values compare equal to recorded ones."""
-    return json.loads(json.dumps(value))
-
-
-def same(want: Any, have: Any) -> bool:
-    """A designed value equals a recorded one: tuples as lists, 1e-3 as 0.001, 1 as the '1' fit parsed."""
-    if isinstance(want, (list, tuple)) and isinstance(have, (list, tuple)):
-        return len(want) == len(have) and all(map(same, want, have))
-    numbers = (int, float)
-    if isinstance(want, numbers) and isinstance(have, numbers) and not isinstance(want, bool) | isinstance(have, bool):
-        return math.isclose(want, have, rel_tol=1e-9, abs_tol=1e-12)
-    return want == have or str(want).lower() == str(have).lower()
 
 
 def cell_index(cells: list[dict], config: dict) -> int:

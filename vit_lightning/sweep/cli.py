@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from vit_lightning.sweep import local, trials, validate, wandb_backend, yamls
+from vit_lightning.sweep import local, supervise, trials, validate, wandb_backend, yamls
 from vit_lightning.sweep.validate import SweepError
 
 EPILOG = """\
@@ -36,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
                    help="override a setting for every trial (repeatable), e.g. trainer.max_epochs=1")
     p.add_argument("--count", type=int, help="at most N trials (random sweeps need this or run_cap)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed of a local random sweep")
+    p.add_argument("--ablations-dir", type=Path, metavar="DIR", help="also load ablations from DIR/<name>.py")
     local_ = p.add_argument_group("local backend")
     local_.add_argument("--parallel", type=int, default=1, metavar="K",
                         help="K trials at once, each on 1/K of the visible GPUs (or of the CPU threads)")
@@ -66,10 +67,14 @@ def read_yaml(path: Path) -> dict:
     return config
 
 
-def load_configs(targets: list[str], profile: str | None) -> list[tuple[str, dict]]:
+def load_configs(targets: list[str], profile: str | None, directory: Path | None = None) -> list[tuple[str, dict]]:
     """(label, sweep config) for every target: a YAML file, or every grid block of a named ablation."""
     from vit_lightning.ablation import available, load
 
+    try:
+        names = available(directory)
+    except ValueError as err:
+        raise SweepError(str(err)) from None
     out = []
     for target in targets:
         path = Path(target)
@@ -78,11 +83,10 @@ def load_configs(targets: list[str], profile: str | None) -> list[tuple[str, dic
                 raise SweepError("--profile applies to ablation names; a sweep file names its profile in run.profile")
             out.append((str(path), read_yaml(path)))
             continue
-        if target not in available():
-            raise SweepError(f"{target!r} is neither a sweep file nor an ablation; ablations: {', '.join(available())}")
-        ablation = load(target)
+        if target not in names:
+            raise SweepError(f"{target!r} is neither a sweep file nor an ablation; ablations: {', '.join(names)}")
         try:
-            out += yamls.sweep_configs(ablation, profile or "demo")
+            out += yamls.sweep_configs(load(target, directory), profile or "demo")
         except ValueError as err:
             raise SweepError(str(err)) from None
     return out
@@ -101,7 +105,7 @@ def parse_override(text: str) -> tuple[str, object]:
 
 def prepare(args) -> list[dict]:
     """Load, override and validate every sweep config, before any trial starts."""
-    configs = load_configs(args.targets, args.profile)
+    configs = load_configs(args.targets, args.profile, args.ablations_dir)
     known = validate.known_keys()
     overrides = [parse_override(o) for o in args.overrides]
     prepared = []
@@ -120,29 +124,37 @@ def prepare(args) -> list[dict]:
     return prepared
 
 
-def expand(configs: list[dict], args) -> list[trials.Trial]:
-    """All trials, each checked by the fit parser (types) before anything runs."""
+def checked_trials(configs: list[dict], args) -> list[trials.Trial]:
+    """All trials, each checked as fit would check it (types, choices, model shapes) before any runs."""
     try:
         all_trials = trials.build(configs, count=args.count, seed=args.seed)
     except ValueError as err:
         raise SweepError(str(err)) from None
-    for trial in all_trials:
-        validate.check_args(list(trial.args))
+    swept = trials.swept_keys(all_trials)
+    for k, trial in enumerate(all_trials, 1):
+        try:
+            validate.check_trial(list(trial.args))
+        except SweepError as err:
+            label = " ".join(f"{key}={trial.params[key]}" for key in swept)
+            raise SweepError(f"trial {k} of {len(all_trials)}" + (f" ({label})" if label else "") + f": {err}") from None
     return all_trials
 
 
 def run_local(all_trials: list[trials.Trial], args) -> int:
-    gpus = local.visible_gpus() if args.parallel > 1 else []
+    gpus = supervise.visible_gpus() if args.parallel > 1 else []
     try:
-        slots = local.slots(args.parallel, gpus)
+        slots = supervise.slot_envs(supervise.split_gpus(gpus, groups=args.parallel))
     except ValueError as err:
-        raise SweepError(str(err)) from None
+        raise SweepError(f"--parallel {args.parallel}: {err}") from None
     return local.Runner(all_trials, slots, retry_failed=args.retry_failed).run()
 
 
 def run_wandb(configs: list[dict], args) -> int:
-    expand([c for c in configs if c.get("method") == "grid"], args)  # type-check every grid trial first
-    groups = wandb_backend.agent_groups(local.visible_gpus(), args.gpus_per_agent, args.agents)
+    checked_trials([c for c in configs if c.get("method") == "grid"], args)  # check every grid trial first
+    try:
+        groups = supervise.split_gpus(supervise.visible_gpus(), groups=args.agents, per_group=args.gpus_per_agent)
+    except ValueError as err:
+        raise SweepError(f"--agents/--gpus-per-agent: {err}") from None
     wandb_backend.check_devices(configs, len(groups[0]))
     if not args.sweep_id and not wandb_backend.has_credentials():
         raise SweepError("the wandb backend needs W&B credentials: run `wandb login` or set WANDB_API_KEY")
@@ -172,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         if backend == "auto":
             backend = "wandb" if wandb_backend.has_credentials() and not args.dry_run else "local"
         if args.dry_run or backend == "local":
-            all_trials = expand(configs, args)
+            all_trials = checked_trials(configs, args)
             if args.dry_run:
                 return print_lines([t.shell() for t in all_trials])
             return run_local(all_trials, args)
@@ -183,19 +195,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_main(argv: list[str] | None = None) -> int:
-    """`vit-ablate sweeps [--check] [--out DIR]`: regenerate the sweep YAMLs from ablations/."""
-    p = argparse.ArgumentParser(prog="vit-ablate sweeps", description=write_main.__doc__)
-    p.add_argument("--out", default=None, help="output directory (default: sweeps/ next to ablations/)")
-    p.add_argument("--check", action="store_true", help="exit 1 if the files are out of date; write nothing")
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    from vit_lightning.ablation import ablations_dir
+    """`vit-ablate sweeps [--check] [--out DIR]`: regenerate the sweep YAMLs from the ablations."""
+    from vit_lightning.ablation import source_checkout
 
-    out = Path(args.out) if args.out else ablations_dir().parent / "sweeps"
+    checkout = source_checkout()
+    p = argparse.ArgumentParser(prog="vit-ablate sweeps", description=write_main.__doc__)
+    p.add_argument("--out", type=Path, default=checkout / "sweeps" if checkout else Path("sweeps"),
+                   help="output directory (default: sweeps/ of this source checkout, else ./sweeps)")
+    p.add_argument("--check", action="store_true", help="exit 1 if the files are out of date; write nothing")
+    p.add_argument("--ablations-dir", type=Path, metavar="DIR", help="also write the sweeps of DIR/<name>.py")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        want = yamls.expected_files(directory=args.ablations_dir)
+    except ValueError as err:
+        print(f"vit-ablate sweeps: error: {err}", file=sys.stderr)
+        return 2
+    out = args.out
     if args.check:
-        stale = yamls.out_of_sync(out)
+        stale = yamls.out_of_sync(out, want)
         if stale:
             print(f"vit-ablate sweeps: out of date in {out}: {', '.join(stale)}; run `vit-ablate sweeps`", file=sys.stderr)
         return 1 if stale else 0
-    changed = yamls.write(out)
+    changed = yamls.write(out, want)
     print(f"vit-ablate sweeps: {len(changed)} file(s) updated in {out}" + (f": {', '.join(changed)}" if changed else ""))
     return 0

@@ -10,12 +10,13 @@ parameter independently per run; `run_cap` caps the number of runs.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
 import random
 from typing import Any
+
+from vit_lightning.identity import normalize
 
 SWEEP_KEYS = {
     "apiVersion", "kind", "controller", "description", "program", "job", "image_uri", "entity", "project",
@@ -152,16 +153,6 @@ def grid_values(name: str, dist: str, spec: dict) -> list:
     )
 
 
-def _canonical(config: dict) -> str:
-    """Hash key of a config; integral floats count as ints (W&B dedupes 3e6 and 3000000 alike)."""
-
-    def norm(v):
-        return int(v) if isinstance(v, float) and v.is_integer() else v
-
-    text = json.dumps({k: norm(v) for k, v in config.items()}, sort_keys=True, default=str)
-    return hashlib.sha1(text.encode()).hexdigest()
-
-
 def parameters(config: dict) -> dict[str, tuple[str, dict]]:
     """Sorted name -> (distribution, spec) for the sweep's parameters."""
     params = config.get("parameters")
@@ -186,7 +177,7 @@ def expand(config: dict, count: int | None = None, seed: int = 0) -> list[dict[s
         trials, seen = [], set()
         for combo in itertools.product(*axes):
             trial = dict(zip(names, combo))
-            if (key := _canonical(trial)) not in seen:
+            if (key := json.dumps(normalize(trial), sort_keys=True)) not in seen:  # 1 and 1.0 are one value
                 seen.add(key)
                 trials.append(trial)
         return trials[:cap] if cap is not None else trials

@@ -1,19 +1,18 @@
 """Local backend: run a sweep's trials as `vit-ablate fit` processes, resumable and interruptible.
 
 State lives in `runs/<ablation>/<profile>/.sweep-state.json` (atomic JSON, keyed by trial id).
+A trial's record is `runs/<ablation>/<profile>/<trial id>/results.json` (fit is handed the id).
 A trial is done when fit exited 0 and wrote a completed record, or its record says diverged;
 done trials are skipped, interrupted ones re-run (fit resumes from last.ckpt), failed ones
-re-run only with retry_failed. Children start in their own session; a signal to the sweep
-is forwarded to every child's process group and waited for, so no DDP rank outlives it.
+re-run only with retry_failed. Processes and signals are the supervisor's (supervise.py), as
+for the W&B backend, so no DDP rank outlives the sweep.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -21,10 +20,10 @@ from pathlib import Path
 from typing import Callable
 
 from vit_lightning.bookkeeping import FINAL, now, write_atomic
-from vit_lightning.sweep.trials import Trial, executable, find_record
+from vit_lightning.sweep.supervise import Supervisor
+from vit_lightning.sweep.trials import Trial, executable, find_record, swept_keys
 
 STATE = ".sweep-state.json"
-GRACE_S = 60.0  # after forwarding a stop signal, wait this long before killing the groups
 
 
 def clock(seconds: float) -> str:
@@ -92,14 +91,12 @@ class Runner:
         self.trials, self.slots, self.retry_failed = trials, slots, retry_failed
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.state = State()
+        self.supervisor = Supervisor(self.log)
         self.index = {t.id: k for k, t in enumerate(trials, 1)}
-        self.running: dict[int, subprocess.Popen] = {}
-        self.lock = threading.Lock()
-        self.stop_signal: int | None = None
-        self.stop_time = 0.0
+        self.queue: list[Trial] = []
         self.durations: list[float] = []
         self.counts = {"completed": 0, "diverged": 0, "failed": 0, "interrupted": 0}
-        self.swept = [k for k in (trials[0].params if trials else {}) if len({str(t.params.get(k)) for t in trials}) > 1]
+        self.swept = swept_keys(trials)
 
     # --- planning ------------------------------------------------------------------------------------
     def plan(self) -> list[Trial]:
@@ -122,82 +119,67 @@ class Runner:
     # --- running -------------------------------------------------------------------------------------
     def run(self) -> int:
         """Run every pending trial; 0 when all are done, 1 if any failed or still runs elsewhere, 128+signal when stopped."""
-        queue = self.plan()
-        self.total, self.start = len(queue), time.monotonic()
-        handlers = self._install_signals()
-        try:
-            workers = [threading.Thread(target=self._worker, args=(queue, env), daemon=True) for env in self.slots]
-            for w in workers:
-                w.start()
-            while any(w.is_alive() for w in workers):
-                for w in workers:
-                    w.join(0.2)
-                self._escalate()
-        finally:
-            for sig, old in handlers.items():
-                signal.signal(sig, old)
+        self.queue = self.plan()
+        self.total, self.start = len(self.queue), time.monotonic()
+        self.supervisor.run(len(self.slots), self._worker)
         c, skipped = self.counts, self.skipped
         self.log(f"[sweep] finished in {clock(time.monotonic() - self.start)}: {c['completed']} completed, "
                  f"{c['diverged']} diverged, {c['failed'] + skipped['failed']} failed, {c['interrupted']} interrupted"
                  f", {skipped['done']} done before"
                  + (f", {skipped['busy']} still running elsewhere" if skipped["busy"] else ""))
-        if self.stop_signal is not None:
-            return 128 + self.stop_signal
-        return 1 if c["failed"] + skipped["failed"] + skipped["busy"] else 0
+        return self.supervisor.exit_code(1 if c["failed"] + skipped["failed"] + skipped["busy"] else 0)
 
-    def _worker(self, queue: list[Trial], env_overlay: dict[str, str]) -> None:
+    def _worker(self, slot: int) -> None:
+        env = {**os.environ, **self.slots[slot]}
         while True:
-            with self.lock:
-                if self.stop_signal is not None or not queue:
+            with self.supervisor.lock:
+                if self.supervisor.stop_signal is not None or not self.queue:
                     return
-                trial = queue.pop(0)
-            self._run_one(trial, env_overlay)
+                trial = self.queue.pop(0)
+            self._run_one(trial, env)
 
     def _label(self, trial: Trial) -> str:
         return " ".join(f"{k}={trial.params[k]}" for k in self.swept) or trial.id
 
-    def _run_one(self, trial: Trial, env_overlay: dict[str, str]) -> None:
+    def _run_one(self, trial: Trial, env: dict[str, str]) -> None:
         k, n = self.index[trial.id], len(self.trials)
-        env = {**os.environ, **env_overlay}
         parallel = len(self.slots) > 1
         log_path = trial.record_dir / ".sweep-logs" / f"{trial.id}.log"
-        with self.lock:
-            if self.stop_signal is not None:
+        out = None
+        if parallel:  # interleaved output of concurrent trials is unreadable: one log per trial
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            out = open(log_path, "ab")
+        try:
+            proc = self.supervisor.start(executable(trial.command), env, stdout=out)
+            if proc is None:
                 return
-            out = None
-            if parallel:  # interleaved output of concurrent trials is unreadable: one log per trial
-                log_path.parent.mkdir(parents=True, exist_ok=True)
-                out = open(log_path, "ab")
-            proc = subprocess.Popen(executable(trial.command), env=env, start_new_session=True,
-                                    stdout=out, stderr=subprocess.STDOUT if out else None)
-            self.running[proc.pid] = proc
-        attempts = self.state.get(trial).get("attempts", 0) + 1
-        self.state.update(trial, status="running", pid=proc.pid, host=socket.gethostname(), attempts=attempts,
-                          started_at=now(), rc=None)
-        where = f" (log: {log_path})" if parallel else ""
-        self.log(f"[sweep] trial {k}/{n} started: {self._label(trial)}{where}")
-        t0 = time.monotonic()
-        rc = proc.wait()
-        with self.lock:
-            self.running.pop(proc.pid, None)
-        if out:
-            out.close()
+            attempts = self.state.get(trial).get("attempts", 0) + 1
+            self.state.update(trial, status="running", pid=proc.pid, host=socket.gethostname(), attempts=attempts,
+                              started_at=now(), rc=None)
+            where = f" (log: {log_path})" if parallel else ""
+            self.log(f"[sweep] trial {k}/{n} started: {self._label(trial)}{where}")
+            t0 = time.monotonic()
+            rc = self.supervisor.wait(proc)
+        finally:
+            if out:
+                out.close()
         self._finish(trial, rc, time.monotonic() - t0)
 
     def _finish(self, trial: Trial, rc: int, seconds: float) -> None:
         record = find_record(trial)
         rstatus = (record or {}).get("status")
+        stop = self.supervisor.stop_signal
         if rstatus == "diverged" or (rc == 0 and rstatus == "completed"):
             status, error = rstatus, None
-        elif self.stop_signal is not None:
-            status, error = "interrupted", f"stopped by signal {self.stop_signal}"
+        elif stop is not None:
+            status, error = "interrupted", f"stopped by signal {stop}"
         else:
             status = "failed"
             error = (record or {}).get("error") or (
-                f"exit code {rc}" if rc else f"fit exited 0 but left no completed record in {trial.record_dir}")
+                f"exit code {rc}" if rc else f"fit exited 0 but left no completed record in {trial.run_dir}")
         self.state.update(trial, status=status, rc=rc, error=error, finished_at=now(), pid=None,
                           record=(record or {}).get("_path"))
-        with self.lock:
+        with self.supervisor.lock:
             self.counts[status] += 1
             if status != "interrupted":
                 self.durations.append(seconds)
@@ -208,60 +190,3 @@ class Runner:
         self.log(f"[sweep] trial {self.index[trial.id]}/{len(self.trials)} {status} in {clock(seconds)}{why} | "
                  f"{finished}/{self.total} run | elapsed {clock(time.monotonic() - self.start)} | "
                  f"~{clock(eta)} left")
-
-    # --- stopping ------------------------------------------------------------------------------------
-    def _install_signals(self) -> dict:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        return {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _on_signal(self, signum, frame) -> None:
-        with self.lock:
-            first = self.stop_signal is None
-            if first:
-                self.stop_signal, self.stop_time = signum, time.monotonic()
-            procs = list(self.running.values())
-        if first:
-            self.log(f"[sweep] {signal.Signals(signum).name}: stopping {len(procs)} running trial(s); again to kill")
-        self._signal_groups(procs, signum if first else signal.SIGKILL)
-
-    def _escalate(self) -> None:
-        """Kill the children's groups if they ignore the forwarded signal for GRACE_S."""
-        if self.stop_signal is not None and time.monotonic() - self.stop_time > GRACE_S:
-            with self.lock:
-                procs = list(self.running.values())
-            self._signal_groups(procs, signal.SIGKILL)
-
-    @staticmethod
-    def _signal_groups(procs: list[subprocess.Popen], sig: int) -> None:
-        for proc in procs:
-            try:
-                os.killpg(proc.pid, sig)  # the child leads its own session: its group is it plus its DDP ranks
-            except ProcessLookupError:
-                pass
-
-
-def visible_gpus() -> list[str]:
-    """GPU ids this process may use: CUDA_VISIBLE_DEVICES if set, else every GPU torch sees."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
-def slots(parallel: int, gpus: list[str], cpus: int | None = None) -> list[dict[str, str]]:
-    """Env overlays for `parallel` concurrent trials: disjoint CUDA_VISIBLE_DEVICES groups, or a share of the CPU threads."""
-    if parallel < 1:
-        raise ValueError(f"--parallel must be >= 1, got {parallel}")
-    if gpus:
-        if parallel > len(gpus):
-            raise ValueError(f"--parallel {parallel} needs at least {parallel} GPUs; {len(gpus)} visible ({','.join(gpus)})")
-        size = len(gpus) // parallel
-        return [{"CUDA_VISIBLE_DEVICES": ",".join(gpus[i * size:(i + 1) * size])} for i in range(parallel)]
-    if parallel == 1:
-        return [{}]
-    cpus = cpus or len(os.sched_getaffinity(0))
-    threads = str(max(1, cpus // parallel))
-    return [{"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads} for _ in range(parallel)]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import re
 import shlex
@@ -13,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vit_lightning.bookkeeping import RUN_DEFAULTS
+from vit_lightning.bookkeeping import RECORD
+from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, run_name
 from vit_lightning.sweep.expand import expand, render_args
 
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]  # W&B's default
@@ -21,22 +20,22 @@ DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]  # W&B's
 
 @dataclass(frozen=True)
 class Trial:
-    """One run of a sweep: its parameters, `${args}` and full command line."""
+    """One run of a sweep: its parameters, its id, `${args}` and full command line (both carrying the id)."""
 
     params: dict[str, Any]
+    id: str  # identity.run_name(params): fit names the run directory with it and writes it into results.json
     args: tuple[str, ...]
     command: tuple[str, ...]  # as the agent would run it (without the `/usr/bin/env` prefix)
 
     @property
-    def id(self) -> str:
-        """Stable id: hash of the argv, so the same trial has the same id in every sweep run."""
-        return hashlib.sha1(json.dumps(self.command).encode()).hexdigest()[:12]
+    def run_dir(self) -> Path:
+        """{run.root}/{run.ablation}/{run.profile}/{id}: where fit writes this trial's record."""
+        return run_dir({**self.params, TRIAL_KEY: self.id})
 
     @property
     def record_dir(self) -> Path:
-        """runs/<ablation>/<profile>: where fit writes this trial's record."""
-        get = lambda k: str(self.params.get(k, RUN_DEFAULTS[k]))  # noqa: E731
-        return Path(get("run.root")) / get("run.ablation") / get("run.profile")
+        """{run.root}/{run.ablation}/{run.profile}: the folder of the sweep's runs (and its state)."""
+        return self.run_dir.parent
 
     def shell(self) -> str:
         return shlex.join(self.command)
@@ -81,46 +80,27 @@ def executable(command: tuple[str, ...]) -> list[str]:
 
 
 def build(configs: list[dict], count: int | None = None, seed: int = 0) -> list[Trial]:
-    """Every trial of the sweeps, in order, each distinct command once."""
-    trials: dict[str, Trial] = {}
+    """Every trial of the sweeps, in order, each distinct run once; each is handed its id as `--run.trial`."""
+    trials: dict[Path, Trial] = {}
     for config in configs:
         for params in expand(config, count=count, seed=seed):
-            trial = Trial(params, tuple(render_args(params)), tuple(command_line(config, params)))
-            trials.setdefault(trial.id, trial)
+            given = {**params, TRIAL_KEY: run_name(params)}
+            trial = Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)))
+            trials.setdefault(trial.run_dir, trial)
     return list(trials.values())
 
 
-def _same(want: Any, have: Any) -> bool:
-    """A sweep value equals a record's config value (JSON turns tuples into lists, str(x) as fit parsed it)."""
-    if isinstance(want, bool) or isinstance(have, bool):
-        return want == have or str(want).lower() == str(have).lower()
-    if isinstance(want, str) != isinstance(have, str):  # YAML reads 1e-4 as a string; fit parsed it as a float
-        want, have = _number(want), _number(have)
-    if isinstance(want, (int, float)) and isinstance(have, (int, float)):
-        return math.isclose(want, have, rel_tol=1e-9, abs_tol=1e-12)
-    if isinstance(want, (list, tuple)) and isinstance(have, (list, tuple)):
-        return len(want) == len(have) and all(_same(a, b) for a, b in zip(want, have))
-    return want == have or str(want) == str(have)
-
-
-def _number(value: Any) -> Any:
-    """float(value) for numeric strings, else the value unchanged."""
-    try:
-        return float(value) if isinstance(value, str) else value
-    except ValueError:
-        return value
+def swept_keys(trials: list[Trial]) -> list[str]:
+    """The parameters whose values tell the trials apart (compared in normal form)."""
+    first = trials[0].params if trials else {}
+    return [k for k in first if len({json.dumps(normalize(t.params.get(k))) for t in trials}) > 1]
 
 
 def find_record(trial: Trial) -> dict | None:
-    """The newest record under the trial's run dir whose config has every one of the trial's values."""
-    best = None
-    for path in trial.record_dir.glob("*/results.json"):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # being written, or not a record
-        config = record.get("config") or {}
-        if all(k in config and _same(v, config[k]) for k, v in trial.params.items()):
-            if best is None or str(record.get("started_at")) > str(best.get("started_at")):
-                best = {**record, "_path": str(path)}
-    return best
+    """The trial's record: {run_dir}/results.json when it says it belongs to this trial, else None."""
+    path = trial.run_dir / RECORD
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # not started, or being written
+    return {**record, "_path": str(path)} if isinstance(record, dict) and record.get("trial") == trial.id else None

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import json
 import re
 from typing import Any
 
+from vit_lightning.identity import TRIAL_KEY
 from vit_lightning.sweep.expand import METHODS, SWEEP_KEYS, distribution
 
 
@@ -78,6 +80,8 @@ def check_parameters(params: dict, known: set[str] | None) -> None:
         raise SweepError("sweep needs a non-empty 'parameters' mapping")
     allowed = choices()
     for name in sorted(params):
+        if name == TRIAL_KEY:
+            raise SweepError(f"{TRIAL_KEY} is handed to each trial by the sweep runner; remove it from the sweep")
         if known is not None and name not in known:
             raise SweepError(f"unknown key {name!r}: not an option of `vit-ablate fit` ({suggest(name, known)})")
         try:
@@ -149,10 +153,15 @@ def known_keys() -> set[str]:
     return {k for k in fit_parser().get_defaults().keys() if k != "config"}
 
 
-def check_args(args: list[str]) -> None:
-    """Parse one trial's `${args}` with the fit parser (types, Literal choices), instantiating nothing."""
+def check_trial(args: list[str]) -> None:
+    """One trial's `${args}` as fit would take them: types and choices, then its model built at the data's image size."""
+    check_model(parse_trial(args))
+
+
+def parse_trial(args: list[str]):
+    """One trial's `${args}` parsed by the fit parser (types, Literal choices), instantiating nothing."""
     try:
-        fit_parser().parse_args(list(args))
+        return fit_parser().parse_args(list(args))
     except Exception as err:  # jsonargparse raises ArgumentError; keep its gist on one line
         text = str(err)
         key, given = re.search(r'Parser key "([^"]+)"', text), re.search(r"Given value: (.*)", text)
@@ -162,3 +171,35 @@ def check_args(args: list[str]) -> None:
             want = f"; expected {names.replace('NoneType', 'None')}" if names else ""
             raise SweepError(f"{key.group(1)}={given.group(1).strip()} is not valid{want}") from None
         raise SweepError(" ".join(text.split())[:300]) from None
+
+
+def data_shape(data: dict) -> dict[str, Any]:
+    """The model options `fit` links from the data (train.LINKED), from the dataset's facts alone: no files read."""
+    from vit_lightning.data import SOURCES
+
+    source = SOURCES[data["name"]]
+    # an image folder's class count is known only from disk; any count builds the same shapes
+    return {"img_size": data.get("img_size") or source.native_size, "in_chans": source.in_chans,
+            "num_classes": getattr(source, "num_classes", 2)}
+
+
+def check_model(namespace) -> None:
+    """The trial's LightningModule builds with the data's shape (a patch size that divides the image, ...)."""
+    options = {**namespace.model.as_dict(), **data_shape(namespace.data.as_dict())}
+    if error := _model_error(json.dumps(options, sort_keys=True)):
+        raise SweepError(error)
+
+
+@functools.lru_cache(maxsize=256)
+def _model_error(options: str) -> str | None:
+    """Build the module on the meta device (every check of the model runs, no memory is used); its error or None."""
+    import torch
+
+    from vit_lightning.module import ViTClassifier
+
+    try:
+        with torch.device("meta"):
+            ViTClassifier(**json.loads(options))
+    except ValueError as err:
+        return " ".join(str(err).split())
+    return None

@@ -1,7 +1,8 @@
 """W&B backend: create the sweep(s) on the server and run `wandb agent` processes, one per GPU group.
 
-Each agent gets its own CUDA_VISIBLE_DEVICES group; the GPU profiles set trainer.devices=auto,
-so every trial uses all GPUs of its agent's group (DDP when more than one). An 8-GPU node
+Each agent gets its own CUDA_VISIBLE_DEVICES group, split as the local backend splits its slots;
+the GPU profiles set trainer.devices=auto, so every trial uses all GPUs of its agent's group (DDP
+when more than one). The agents are started and stopped by the local backend's supervisor. An 8-GPU node
 runs 8 agents of 1 GPU (default), 4 agents of 2 (`--gpus-per-agent 2`) or 1 agent of 8.
 When an ablation needs several grid sweeps, each agent works through them in order.
 """
@@ -10,15 +11,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
-import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from vit_lightning.bookkeeping import wandb_credentials
+from vit_lightning.sweep.supervise import Supervisor, slot_envs
 from vit_lightning.sweep.validate import SweepError
 
 
@@ -44,29 +42,13 @@ def has_credentials(env: dict | None = None, netrc_path: str | Path | None = Non
     return wandb_credentials(env, netrc_path)
 
 
-def agent_groups(gpus: list[str], gpus_per_agent: int | None = None, agents: int | None = None) -> list[list[str]]:
-    """Split the visible GPUs into disjoint groups, one per agent (no GPUs: `agents` CPU agents)."""
-    if not gpus:
-        return [[] for _ in range(agents or 1)]
-    if gpus_per_agent is None:
-        gpus_per_agent = len(gpus) // agents if agents else 1
-    if gpus_per_agent < 1 or gpus_per_agent > len(gpus):
-        raise SweepError(f"--gpus-per-agent must be between 1 and {len(gpus)} (visible GPUs: {','.join(gpus)})")
-    most = len(gpus) // gpus_per_agent
-    agents = agents or most
-    if agents > most:
-        need = agents * gpus_per_agent
-        raise SweepError(f"{agents} agents x {gpus_per_agent} GPUs needs {need} GPUs; {len(gpus)} visible")
-    return [gpus[i * gpus_per_agent:(i + 1) * gpus_per_agent] for i in range(agents)]
-
-
 def agent_commands(sweep_paths: list[str], groups: list[list[str]], count: int | None = None,
                    wandb_cmd: tuple[str, ...] = ("wandb",), forward_signals: bool = True) -> list[Agent]:
     """The agents to start: each runs `wandb agent [--count N] ENTITY/PROJECT/ID` for every sweep, pinned to its group."""
     # --forward-signals: the agent relays our SIGINT/SIGTERM to its run (which sits in its own process group)
     extra = (("--forward-signals",) if forward_signals else ()) + (("--count", str(count)) if count else ())
     commands = tuple((*wandb_cmd, "agent", *extra, path) for path in sweep_paths)
-    return [Agent(commands, {"CUDA_VISIBLE_DEVICES": ",".join(g)} if g else {}) for g in groups]
+    return [Agent(commands, env) for env in slot_envs(groups)]
 
 
 def check_devices(configs: list[dict], group_size: int) -> None:
@@ -110,47 +92,21 @@ def wandb_command() -> tuple[str, ...]:
 
 
 def run_agents(agents: list[Agent], stagger_s: float = 5.0, log=None) -> int:
-    """Start the agents `stagger_s` apart, forward SIGINT/SIGTERM to their groups, wait for all."""
+    """Start the agents `stagger_s` apart, each running its sweeps in turn; the max exit code, 128+signal when stopped."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    stop = threading.Event()
-    running: dict[int, subprocess.Popen] = {}
-    lock = threading.Lock()
+    supervisor = Supervisor(log)
     codes: list[int] = []
 
-    def slot(k: int, agent: Agent) -> None:
-        time.sleep(k * stagger_s)  # agents asking the server at the same instant get the same run
+    def slot(k: int) -> None:
+        agent = agents[k]
+        if not supervisor.sleep(k * stagger_s):  # agents asking the server at the same instant get the same run
+            return
         for command in agent.commands:
-            with lock:
-                if stop.is_set():
-                    return
-                proc = subprocess.Popen(list(command), env={**os.environ, **agent.env}, start_new_session=True)
-                running[proc.pid] = proc
+            proc = supervisor.start(list(command), {**os.environ, **agent.env})
+            if proc is None:
+                return
             log(f"[agent {k}] {agent.shell() if len(agent.commands) == 1 else shlex.join(command)}")
-            rc = proc.wait()
-            with lock:
-                running.pop(proc.pid, None)
-                codes.append(rc)
+            codes.append(supervisor.wait(proc))
 
-    def on_signal(signum, frame):
-        stop.set()
-        with lock:
-            procs = list(running.values())
-        log(f"[sweep] {signal.Signals(signum).name}: stopping {len(procs)} agent(s)")
-        for proc in procs:
-            try:
-                os.killpg(proc.pid, signum)  # the agent forwards it to its run; the group holds the DDP ranks
-            except ProcessLookupError:
-                pass
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        threads = [threading.Thread(target=slot, args=(k, a), daemon=True) for k, a in enumerate(agents)]
-        for t in threads:
-            t.start()
-        while any(t.is_alive() for t in threads):
-            for t in threads:
-                t.join(0.2)
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-    return 130 if stop.is_set() else max(codes, default=0)
+    supervisor.run(len(agents), slot)
+    return supervisor.exit_code(max(codes, default=0))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vit_lightning.results.frame import same
+from vit_lightning.identity import same
 from vit_lightning.viz.figures import Panel, distance_figure, panels_figure, similarity_mosaic, write_csv
 from vit_lightning.viz.run import CHECKPOINT, Numbers, compute, draw, load_run, max_distance, offset_extent
 

@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from vit_lightning.bookkeeping import write_atomic
+from vit_lightning.bookkeeping import RECORD, write_atomic
+from vit_lightning.identity import flatten, number
 
 # W&B run state -> our record status (W&B has no "diverged"; see from_wandb_run)
 WANDB_STATES = {"finished": "completed", "running": "running", "pending": "running",
@@ -49,7 +50,7 @@ def store(records_dir: Path, record: dict, data: bytes | None = None) -> bool:
 def collect(runs_root: Path, ablation: str, profile: str, records_dir: Path) -> list[str]:
     """Copy runs/<ablation>/<profile>/*/results.json into records_dir (JSON only); names written."""
     written = []
-    for path in sorted((Path(runs_root) / ablation / profile).glob("*/results.json")):
+    for path in sorted((Path(runs_root) / ablation / profile).glob(f"*/{RECORD}")):
         data = path.read_bytes()
         try:
             record = json.loads(data)
@@ -67,56 +68,31 @@ def load_records(records_dir: Path) -> list[dict]:
 
 # ---- W&B ------------------------------------------------------------------------------------------
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    """Nested config dicts -> flat dotted keys (W&B keeps a logger's nested hparams nested)."""
-    out = {}
-    for key, value in d.items():
-        if str(key).startswith("_"):  # W&B internals (_wandb, _runtime, _step, ...)
-            continue
-        if isinstance(value, dict) and set(value) <= {"value", "desc"} and "value" in value:
-            value = value["value"]  # raw config form {"value": x, "desc": ...}
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _number(value: Any) -> float | None:
-    """A summary/history value as a float, or None when it is not a number."""
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return float(value)  # W&B also reports non-finite numbers as the strings "NaN"/"Infinity"
-    except (TypeError, ValueError):
-        return None
-
-
 def _history(rows: Iterable[dict]) -> list[dict]:
     """W&B history rows -> one dict per epoch (the epoch's last logged value of each metric)."""
     epochs: dict[int, dict] = {}
     for row in rows:
-        if _number(row.get("epoch")) is None:
+        if number(row.get("epoch")) is None:
             continue
         epoch = int(row["epoch"])
         entry = epochs.setdefault(epoch, {"epoch": epoch})
         for key, value in row.items():
-            if not key.startswith(("_", "trainer/")) and key != "epoch" and _number(value) is not None:
-                entry[key] = _number(value)
+            if not key.startswith(("_", "trainer/")) and key != "epoch" and number(value) is not None:
+                entry[key] = number(value)
     return [epochs[e] for e in sorted(epochs)]
 
 
 def from_wandb_run(run: Any, ablation: str, profile: str, sweep_id: str | None = None) -> dict:
     """Map a wandb.apis.public.Run (config, summary, history) to our run record schema."""
-    config = _flatten(dict(run.config))
+    config = flatten(dict(run.config))
     summary = {k: v for k, v in dict(run.summary_metrics).items() if not str(k).startswith("_")}
-    numbers = {k: _number(v) for k, v in summary.items() if _number(v) is not None}
+    numbers = {k: number(v) for k, v in summary.items() if number(v) is not None}
     metrics = {k: v for k, v in numbers.items() if not k.startswith("compute/")}
     diverged = any(not math.isfinite(v) for k, v in metrics.items() if "loss" in k)
     metrics = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}  # keep the JSON strict
     compute = {k.split("/", 1)[1]: v for k, v in numbers.items() if k.startswith("compute/")}
     if "_runtime" in run.summary_metrics:
-        compute.setdefault("wall_s", _number(run.summary_metrics["_runtime"]))
+        compute.setdefault("wall_s", number(run.summary_metrics["_runtime"]))
     status = WANDB_STATES.get(str(run.state).lower(), "failed")
     if status == "completed" and diverged:
         status = "diverged"

@@ -1,0 +1,115 @@
+"""A run's identity: config values normalised once, the run's name, and where its record lives.
+
+`fit` names its run directory with `run_name` of its resolved config, or with the id the sweep
+runner hands it (`--run.trial`), which is `run_name` of the trial's parameters. The runner then
+finds a trial's record by that id, and the tables compare designed and recorded values with
+`same`, so both read "1e-4", 0.0001 and the 0.0001 fit parsed as one value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from vit_lightning.bookkeeping import RUN_DEFAULTS
+
+# Keys that do not change what is trained: bookkeeping (already in the path) and display switches.
+NOT_IDENTITY = ("run.", "trainer.enable_progress_bar", "trainer.enable_model_summary")
+TRIAL_KEY = "run.trial"  # fit's option for the id the sweep runner hands each trial
+TRIAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one path component, never "..", never hidden
+INT = re.compile(r"[-+]?[0-9]+")
+FLOAT = re.compile(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][-+]?[0-9]+)?")
+BOOLS = {"true": True, "false": False}
+
+
+def plain(value: Any) -> Any:
+    """A value as strict JSON holds it: tuples as lists, str keys, non-finite floats as None, objects as str."""
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def normalize(value: Any) -> Any:
+    """The one comparable form of a config value: "1e-4" -> 0.0001, "2" -> 2, "true" -> True, 3.0 -> 3."""
+    value = plain(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in BOOLS:
+            return BOOLS[text.lower()]
+        value = int(text) if INT.fullmatch(text) else plain(float(text)) if FLOAT.fullmatch(text) else value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # W&B dedupes 3e6 and 3000000 alike; `fit` parses `--model.lr=1` as 1.0
+    if isinstance(value, list):
+        return [normalize(v) for v in value]
+    if isinstance(value, dict):
+        return {k: normalize(v) for k, v in value.items()}
+    return value
+
+
+def same(want: Any, have: Any) -> bool:
+    """A designed (or swept) value equals a recorded one, compared in normal form."""
+    return normalize(want) == normalize(have)
+
+
+def number(value: Any) -> float | None:
+    """A metric as a float (tensors, "NaN" and "Infinity" included); None when it is not a number."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested config -> flat dotted keys with plain values.
+
+    A class given as {class_path, init_args} (a callback, a logger) stays one value; W&B's raw
+    {value, desc} wrappers are unwrapped and its internal `_keys` dropped.
+    """
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if str(key).startswith("_"):
+            continue
+        if isinstance(value, dict) and "value" in value and set(value) <= {"value", "desc"}:
+            value = value["value"]
+        if isinstance(value, dict) and value and "class_path" not in value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = plain(value)
+    return flat
+
+
+def run_name(params: dict[str, Any]) -> str:
+    """Readable summary of the ablation axes present, plus a hash of every normalised value that changes training."""
+    values = {k: normalize(v) for k, v in params.items() if not k.startswith(NOT_IDENTITY)}
+    digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
+    get = values.get
+    patch = f"p{get('model.patch_size')}" if "model.patch_size" in values else None
+    if get("model.stem") == "hybrid":
+        patch = "hybrid" + "-".join(map(str, get("model.hybrid_layers") or []))
+    lr = get("model.lr")
+    parts = [get("data.name"), get("model.variant"), patch, get("model.pos_encoding"), get("model.pos_injection"),
+             get("model.pooling"), f"lr{lr:g}" if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
+             f"s{get('seed_everything')}" if "seed_everything" in values else None, digest]
+    name = "-".join(str(p) for p in parts if p is not None)
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+def run_dir(config: dict[str, Any]) -> Path:
+    """{run.root}/{run.ablation}/{run.profile}/{run.trial, else run_name(config)}."""
+    get = lambda key: str(config.get(key) or RUN_DEFAULTS[key])  # noqa: E731
+    trial = config.get(TRIAL_KEY)
+    if trial is not None and not TRIAL_NAME.fullmatch(str(trial)):
+        raise ValueError(f"{TRIAL_KEY}={trial!r} must be one plain name of letters, digits, '.', '_' and '-'")
+    return Path(get("run.root")) / get("run.ablation") / get("run.profile") / (trial or run_name(config))

@@ -1,0 +1,172 @@
+"""Processes of both sweep backends: GPU groups per slot, one thread per slot, signals forwarded then escalated.
+
+Every process starts in its own session, so a signal to the sweep reaches it only through the
+supervisor: the first SIGINT/SIGTERM is forwarded to every child's process group (a trial with
+its DDP ranks, or a `wandb agent`, which relays it to its run); a second one, or GRACE_S seconds
+without the children exiting, SIGKILLs the children and everything below them. A stopped
+sweep exits with 128 + the signal number.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+GRACE_S = 60.0  # after forwarding a stop signal, wait this long before killing
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may use: CUDA_VISIBLE_DEVICES if set, else every GPU torch sees."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def split_gpus(gpus: list[str], groups: int | None = None, per_group: int | None = None) -> list[list[str]]:
+    """Disjoint groups of the GPUs, one per slot: `groups` of `per_group` (default: one GPU each, or an even split)."""
+    if groups is not None and groups < 1:
+        raise ValueError(f"need at least 1 slot, got {groups}")
+    if not gpus:
+        return [[] for _ in range(groups or 1)]
+    if per_group is not None and not 1 <= per_group <= len(gpus):
+        raise ValueError(f"GPUs per slot must be between 1 and {len(gpus)} (visible GPUs: {','.join(gpus)})")
+    per_group = per_group or max(1, len(gpus) // (groups or len(gpus)))
+    groups = groups or len(gpus) // per_group
+    if groups * per_group > len(gpus):
+        raise ValueError(f"{groups} slots x {per_group} GPU(s) needs {groups * per_group} GPUs; "
+                         f"{len(gpus)} visible ({','.join(gpus)})")
+    return [gpus[i * per_group:(i + 1) * per_group] for i in range(groups)]
+
+
+def slot_envs(groups: list[list[str]], cpus: int | None = None) -> list[dict[str, str]]:
+    """One env overlay per slot: its CUDA_VISIBLE_DEVICES group, or without GPUs an equal share of the CPU threads."""
+    if any(groups):
+        return [{"CUDA_VISIBLE_DEVICES": ",".join(g)} for g in groups]
+    if len(groups) == 1:
+        return [{}]
+    threads = str(max(1, (cpus or len(os.sched_getaffinity(0))) // len(groups)))
+    return [{"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads} for _ in groups]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below pid, from /proc (empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # the name in (...) may hold spaces
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+class Supervisor:
+    """Starts child processes for slot threads and stops them all on SIGINT/SIGTERM."""
+
+    def __init__(self, log: Callable[[str], None]):
+        self.log = log
+        self.lock = threading.Lock()
+        self.running: dict[int, subprocess.Popen] = {}
+        self.stop_signal: int | None = None
+        self._stop_time = 0.0
+        self._stopped = threading.Event()
+
+    def run(self, slots: int, work: Callable[[int], None]) -> None:
+        """Call work(slot) on one thread per slot until all return; signals stop the children meanwhile."""
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(slots)]
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(0.2)
+                self._escalate()
+        finally:
+            for s, old in handlers.items():
+                signal.signal(s, old)
+
+    def exit_code(self, otherwise: int) -> int:
+        """128 + the signal when stopped by one, else `otherwise`."""
+        return otherwise if self.stop_signal is None else 128 + self.stop_signal
+
+    def start(self, argv: list[str], env: dict[str, str], stdout=None) -> subprocess.Popen | None:
+        """Start argv in its own session; None once the sweep is stopping."""
+        with self.lock:
+            if self.stop_signal is not None:
+                return None
+            proc = subprocess.Popen(argv, env=env, start_new_session=True, stdout=stdout,
+                                    stderr=subprocess.STDOUT if stdout else None)
+            self.running[proc.pid] = proc
+        return proc
+
+    def wait(self, proc: subprocess.Popen) -> int:
+        """The child's exit code, once it has exited."""
+        rc = proc.wait()
+        with self.lock:
+            self.running.pop(proc.pid, None)
+        return rc
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait, unless the sweep is stopping; True if it is not."""
+        return not self._stopped.wait(seconds)
+
+    def _on_signal(self, signum, frame) -> None:
+        with self.lock:
+            first = self.stop_signal is None
+            if first:
+                self.stop_signal, self._stop_time = signum, time.monotonic()
+                self._stopped.set()
+            procs = list(self.running.values())
+        if first:
+            self.log(f"[sweep] {signal.Signals(signum).name}: stopping {len(procs)} process(es); again to kill")
+            self._signal(procs, signum)
+        else:
+            self._kill(procs)
+
+    def _escalate(self) -> None:
+        """Kill the children if they ignore the forwarded signal for GRACE_S."""
+        if self.stop_signal is not None and time.monotonic() - self._stop_time > GRACE_S:
+            with self.lock:
+                procs = list(self.running.values())
+            self._kill(procs)
+
+    @staticmethod
+    def _signal(procs: list[subprocess.Popen], sig: int) -> None:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, sig)  # the child leads its own session: its group is it plus its DDP ranks
+            except ProcessLookupError:
+                pass
+
+    @staticmethod
+    def _kill(procs: list[subprocess.Popen]) -> None:
+        """SIGKILL each child's group and the groups below it (a `wandb agent` runs its trial in a group of its own)."""
+        own = os.getpgrp()
+        for proc in procs:
+            groups = {proc.pid}
+            for pid in descendants(proc.pid):  # listed before anything dies: orphans lose their parent link
+                try:
+                    groups.add(os.getpgid(pid))
+                except ProcessLookupError:
+                    pass
+            for group in groups - {own}:
+                try:
+                    os.killpg(group, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
