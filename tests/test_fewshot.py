@@ -233,7 +233,7 @@ def test_table_builds_with_the_fewshot_metric(tmp_path, monkeypatch):
                   "compute": {}, "versions": {}, "wandb": None, "error": None,
                   "started_at": "2024-01-01T10:00:00", "finished_at": "2024-01-01T10:30:00"}
         (run / "results.json").write_text(json.dumps(record))
-    monkeypatch.setattr(ablations, "load", lambda name: ab)
+    monkeypatch.setattr(ablations, "load", lambda name, directory=None: ab)
     out = tmp_path / "out"
     assert table_cli.main(["fs", "--runs", str(tmp_path / "runs"), "--out", str(out),
                            "--metric", "val/fewshot5"]) == 0
