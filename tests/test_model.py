@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 
 from vit_lightning import ViT, load_timm_weights
-from vit_lightning.model import INJECTIONS_ALLOWED, POOLINGS, POS_ENCODINGS
+from vit_lightning.model import ENCODINGS, POOLINGS
 from vit_lightning.model.position import sincos_2d_table
 
 MICRO = dict(img_size=28, in_chans=1, num_classes=10, patch_size=4)
-CELLS = [(enc, inj) for enc in POS_ENCODINGS for inj in INJECTIONS_ALLOWED[enc]]
+CELLS = [(name, inj) for name, encoding in ENCODINGS.items() for inj in encoding.injections]
 
 
 def micro(**options) -> ViT:

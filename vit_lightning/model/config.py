@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from vit_lightning.model.pooling import HEADS, POOLINGS
-from vit_lightning.model.position import ENCODINGS, INJECTIONS, INJECTIONS_ALLOWED
+from vit_lightning.model.position import ENCODINGS, INJECTIONS
 from vit_lightning.model.stems import STEMS
 
 # name: (layers, width, MLP size, heads), the paper's Table 1 plus Ti/S (DeiT) and a CPU demo size
@@ -17,8 +17,6 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
     "L": (24, 1024, 4096, 16),
     "H": (32, 1280, 5120, 16),
 }
-POS_ENCODINGS = tuple(ENCODINGS)
-POS_INJECTIONS = INJECTIONS
 
 
 def check_choice(option: str, value, choices) -> None:
@@ -51,12 +49,12 @@ class ViTConfig:
 
     def __post_init__(self):
         check_choice("variant", self.variant, VARIANTS)
-        check_choice("pos_encoding", self.pos_encoding, POS_ENCODINGS)
-        check_choice("pos_injection", self.pos_injection, POS_INJECTIONS)
+        check_choice("pos_encoding", self.pos_encoding, ENCODINGS)
+        check_choice("pos_injection", self.pos_injection, INJECTIONS)
         check_choice("pooling", self.pooling, POOLINGS)
         check_choice("stem", self.stem, STEMS)
         check_choice("head", self.head, HEADS)
-        allowed = INJECTIONS_ALLOWED[self.pos_encoding]
+        allowed = ENCODINGS[self.pos_encoding].injections
         if self.pos_injection not in allowed:
             raise ValueError(
                 f"pos_injection={self.pos_injection!r} is not allowed with pos_encoding={self.pos_encoding!r}; "
