@@ -39,6 +39,8 @@ class ViTClassifier(pl.LightningModule):
             optimizer: adamw or sgd (with `momentum`).
             lr: peak learning rate, reached after `warmup_epochs` of linear warm-up.
             weight_decay: decoupled (AdamW) or L2 (SGD); never applied to norms, biases, position tables, tokens.
+            momentum: SGD's momentum (AdamW uses betas 0.9, 0.999).
+            warmup_epochs: epochs (fractions allowed) of linear warm-up, counted in optimizer steps.
             schedule: decay after warm-up, per optimizer step: cosine, linear or constant.
             label_smoothing: cross-entropy label smoothing (also applied to mixup/cutmix soft targets).
         """

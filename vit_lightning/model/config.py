@@ -26,7 +26,30 @@ def check_choice(option: str, value, choices) -> None:
 
 @dataclass
 class ViTConfig:
-    """Plain options of a ViT; `width/depth/heads/mlp_dim` default to the variant's."""
+    """Plain options of a ViT; `width/depth/heads/mlp_dim` default to the variant's.
+
+    Every field is also a `vit-ablate fit` option, `--model.<field>`, with this docstring as its help.
+
+    Args:
+        variant: size preset (VARIANTS: micro is the CPU demo size, Ti, S, B, L, H the paper's and DeiT's).
+        img_size: input side in pixels, or (height, width); `fit` sets it from the data.
+        in_chans: input channels; `fit` sets it from the data.
+        num_classes: output classes; `fit` sets it from the data.
+        patch_size: side of the square patches (the hybrid stem's stride replaces it).
+        width: token width D, overriding the variant's.
+        depth: number of encoder blocks, overriding the variant's.
+        heads: attention heads, overriding the variant's; must divide width.
+        mlp_dim: hidden size of the blocks' MLP, overriding the variant's.
+        pos_encoding: position encoding, a name in position.ENCODINGS.
+        pos_injection: where the encoding enters (stem, every_layer, every_layer_shared), as the encoding allows.
+        pooling: tokens to one vector, a name in POOLINGS ([class] token, average, attention).
+        stem: patch, or hybrid (a BiT ResNet of stages `hybrid_layers`, root width `hybrid_width`).
+        hybrid_layers: bottleneck blocks per ResNet stage of the hybrid stem.
+        hybrid_width: root width of the hybrid stem's ResNet (a multiple of 32).
+        head: classifier on the pooled vector, a name in HEADS.
+        dropout: dropout after the position encoding and in the blocks' MLP and attention output.
+        attn_dropout: dropout on the attention probabilities.
+    """
 
     variant: str = "micro"
     img_size: int | tuple[int, int] = 224
