@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
+from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
-from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import Logger, WandbLogger
@@ -59,7 +59,7 @@ class FitCLI(LightningCLI):
                             help="auto: on under a W&B agent or with credentials (offline without them).")
         parser.add_argument("--run.wandb_project", type=str | None, default=None, help="W&B project.")
         # The demo's settings, typed as if given on the command line (its warmup_epochs 1 is the float 1.0).
-        demo = parser.parse_object(Namespace({key: value for key, value in DEMO.items()}))
+        demo = parser.parse_object(Namespace(DEMO))
         parser.set_defaults({key: demo[key] for key in DEMO})
         for key in LINKED:
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
