@@ -9,17 +9,18 @@ Run:  vit-ablate sweep pos_encoding                      # demo: mnist5k, micro 
       vit-ablate table pos_encoding                      # the table, next to the paper's
 """
 
+import itertools
+
 from vit_lightning.ablation import METRIC, Ablation, profile
+from vit_lightning.model import ENCODINGS
 
 ENC, INJ = "model.pos_encoding", "model.pos_injection"
-# Rectangular blocks in the paper's row order (none, 1-D, 2-D, then ours and relative). Learned
-# tables go everywhere; the fixed sincos_2d at the stem or shared by every layer; none and the
-# relative encodings (which act inside every attention layer already) only at the stem.
-GRIDS = (
-    {ENC: ["none"], INJ: ["stem"]},
-    {ENC: ["learned_1d", "learned_2d"], INJ: ["stem", "every_layer", "every_layer_shared"]},
-    {ENC: ["sincos_2d"], INJ: ["stem", "every_layer_shared"]},
-    {ENC: ["relative_1d", "relative_bias_2d"], INJ: ["stem"]},
+# Every encoding at every injection it allows, as rectangular blocks of neighbours that allow the
+# same injections, in the model's order (the paper's rows first): none at the stem; the learned
+# tables everywhere; the fixed sincos_2d at the stem or shared; the relative ones at the stem only.
+GRIDS = tuple(
+    {ENC: [name for name, _ in group], INJ: list(injections)}
+    for injections, group in itertools.groupby(ENCODINGS.items(), key=lambda item: item[1].injections)
 )
 
 ABLATION = Ablation(

@@ -66,6 +66,23 @@ def test_mnist5k_split_stratified_fixed_disjoint():
     assert not torch.equal(va, va3)  # split_seed does choose the split
 
 
+def test_val_order_gives_every_prefix_every_class():
+    _, labels = read_mnist5k()
+    _, va = stratified_split(labels, 0.2, seed=0)
+    counts = torch.zeros(10)
+    for n, c in enumerate(labels[va].tolist(), start=1):  # 100 per class: each prefix holds about n/10 of each
+        counts[c] += 1
+        assert (counts - n / 10).abs().max() < 1, n
+    assert labels[va][:10].tolist() != list(range(10))  # shuffled, not a fixed class cycle
+    uneven = torch.tensor([0] * 50 + [1] * 100 + [2] * 250)  # val: 10, 20 and 50 of each
+    _, va = stratified_split(uneven, 0.2, seed=0)
+    assert all(set(uneven[va][:n].tolist()) == {0, 1, 2} for n in range(8, len(va) + 1))
+    dm = ViTDataModule(batch_size=16)
+    dm.setup()
+    _, first = next(iter(dm.val_dataloader()))
+    assert set(first.tolist()) == set(range(10))  # --trainer.limit_val_batches=1 sees every digit
+
+
 def test_mnist5k_val_set_independent_of_global_seed():
     sets = []
     for seed in (0, 123):

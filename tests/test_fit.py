@@ -74,6 +74,29 @@ def test_record_layout_and_name(tmp_path, monkeypatch):
     assert record["compute"]["precision"] == "32-true" and record["wandb"] is None
 
 
+def test_every_backbone_option_is_a_model_option_with_its_default():
+    import dataclasses
+    import inspect
+
+    from vit_lightning.defaults import DEMO
+    from vit_lightning.model import ViTConfig
+    from vit_lightning.module import ViTClassifier
+    from vit_lightning.sweep.validate import fit_parser
+
+    defaults = fit_parser().get_defaults()
+    fields = {f.name: f.default for f in dataclasses.fields(ViTConfig)}
+    for name, default in fields.items():
+        key = f"model.{name}"
+        if name in train.LINKED:  # set from the data, not an option
+            assert key not in defaults
+        else:
+            assert defaults[key] == DEMO.get(key, default), key  # the demo's value where it sets one
+    own = [p for p in inspect.signature(ViTClassifier).parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    model_keys = {k[len("model."):] for k in defaults.keys() if k.startswith("model.")}
+    assert model_keys == (set(fields) - set(train.LINKED)) | {p.name for p in own}  # nothing else under model.*
+    assert all(defaults[f"model.{p.name}"] == DEMO.get(f"model.{p.name}", p.default) for p in own)
+
+
 def test_config_files_and_print_config(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.yaml").write_text("model:\n  pos_encoding: sincos_2d\n  pooling: gap\n")

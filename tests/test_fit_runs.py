@@ -3,7 +3,6 @@
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -119,17 +118,33 @@ def test_wandb_offline_writes_a_local_run(tmp_path, monkeypatch):
     assert list((path.parent / "wandb").glob(f"offline-run-*-{record['wandb']['run_id']}"))
 
 
-# The console script beside this interpreter (this venv's), else the one on PATH.
-SCRIPT = shutil.which("vit-ablate", path=os.path.dirname(sys.executable)) or shutil.which("vit-ablate")
+def test_wandb_resumed_fit_logs_to_the_same_run(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.chdir(tmp_path)
+    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SWEEP_ID", "WANDB_RUN_ID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    argv = [*TWO_EPOCHS, "--run.wandb=offline", "--run.wandb_project=p"]
+    with monkeypatch.context() as patch:
+        patch.setattr(ViTClassifier, "on_train_epoch_start", crash_at_epoch_1, raising=False)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            train.main(argv)
+    path, first = only_record(tmp_path / "runs")
+    run_id = first["wandb"]["run_id"]
+    assert first["status"] == "failed" and run_id
+    assert train.main(argv) == 0  # resumes from last.ckpt, and the W&B run with it
+    _, second = only_record(tmp_path / "runs")
+    assert second["status"] == "completed" and second["wandb"]["run_id"] == run_id
+    attempts = sorted((path.parent / "wandb").glob("offline-run-*"))  # one folder per attempt, named by run id
+    assert len(attempts) == 2 and all(folder.name.endswith(f"-{run_id}") for folder in attempts)
 
 
-@pytest.mark.skipif(SCRIPT is None, reason="vit-ablate console script not installed")
-def test_ddp_two_cpu_processes_write_one_record(tmp_path):
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    argv = [SCRIPT, "fit", *TINY, "--trainer.max_epochs=2", "--trainer.devices=2", "--trainer.strategy=ddp",
-            "--run.root=runs"]
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_ddp_two_cpu_processes_write_one_record(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    # Called from Python, so fit runs as its own `vit-ablate fit` process, whose ranks get its argv.
+    assert train.main([*TINY, "--trainer.max_epochs=2", "--trainer.devices=2", "--trainer.strategy=ddp"]) == 0
     path, record = only_record(tmp_path / "runs")
     assert record["status"] == "completed" and record["compute"]["num_devices"] == 2
     assert record["config"]["trainer.devices"] == 2 and len(record["history"]) == 2
@@ -137,6 +152,40 @@ def test_ddp_two_cpu_processes_write_one_record(tmp_path):
     kept = sorted(p.name for p in path.parent.iterdir() if p.suffix in (".json", ".ckpt"))
     assert kept == ["last.ckpt", "results.json"]  # one record, one checkpoint
     assert [p.name for p in tmp_path.iterdir()] == ["runs"]  # nothing else written, on any rank
+
+
+# Rank 1 alone sees a NaN loss at its third step (its gradients stay finite, so rank 0's losses stay finite too).
+NAN_ON_RANK_1 = r"""
+import sys
+from vit_lightning import train
+from vit_lightning.module import ViTClassifier
+
+step = ViTClassifier.training_step
+
+def training_step(self, batch, batch_idx):
+    loss = step(self, batch, batch_idx)
+    return loss + float("nan") if self.global_rank == 1 and self.global_step == 2 else loss
+
+def on_fit_end(self):
+    with open(f"rank{self.global_rank}.steps", "w") as file:
+        file.write(str(self.global_step))
+
+ViTClassifier.training_step, ViTClassifier.on_fit_end = training_step, on_fit_end
+sys.exit(train.main(sys.argv[1:]))
+"""
+
+
+def test_ddp_nan_on_one_rank_stops_every_rank(tmp_path):
+    script = tmp_path / "nan_on_rank_1.py"
+    script.write_text(NAN_ON_RANK_1)
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, str(script), *TINY, "--trainer.max_epochs=2", "--trainer.limit_train_batches=6",
+            "--trainer.devices=2", "--trainer.strategy=ddp", "--trainer.log_every_n_steps=1"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)  # hangs if not
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "rank0.steps").read_text() == (tmp_path / "rank1.steps").read_text() == "3"  # of 12
+    _, record = only_record(tmp_path / "runs")
+    assert record["status"] == "diverged" and record["metrics"]["steps"] == 3
 
 
 def test_crash_before_training_is_recorded_as_failed(tmp_path, monkeypatch):

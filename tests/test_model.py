@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 
 from vit_lightning import ViT, load_timm_weights
-from vit_lightning.model import INJECTIONS_ALLOWED, POOLINGS, POS_ENCODINGS
+from vit_lightning.model import ENCODINGS, POOLINGS
 from vit_lightning.model.position import sincos_2d_table
 
 MICRO = dict(img_size=28, in_chans=1, num_classes=10, patch_size=4)
-CELLS = [(enc, inj) for enc in POS_ENCODINGS for inj in INJECTIONS_ALLOWED[enc]]
+CELLS = [(name, inj) for name, encoding in ENCODINGS.items() for inj in encoding.injections]
 
 
 def micro(**options) -> ViT:
@@ -69,6 +69,36 @@ def test_learned_2d_concatenates_column_and_row_halves():
     for r in range(7):
         for c in range(7):
             assert torch.equal(table[1 + r * 7 + c], torch.cat([enc.x_table[c], enc.y_table[r]]))
+
+
+@pytest.mark.parametrize("encoding", ["learned_1d", "learned_2d", "sincos_2d"])
+def test_every_layer_shared_adds_the_one_table_before_every_block(encoding):
+    torch.manual_seed(0)
+    shared = micro(pos_encoding=encoding, pos_injection="every_layer_shared").eval()
+    stem = micro(pos_encoding=encoding, pos_injection="stem").eval()
+    stem.load_state_dict(shared.state_dict())  # the same weights and the same single table
+    table = shared.pos.parts[0].embedding()  # (1 + N, D)
+    x = torch.randn(2, 1, 28, 28)
+    by_hand = {}
+    for name, model in (("shared", shared), ("stem", stem)):
+        z = model.pool.prepend(model.stem(x))  # (B, 1 + N, D)
+        for i, block in enumerate(model.blocks):
+            z = block(z + table if name == "shared" or i == 0 else z)
+        by_hand[name] = model.pool(z)
+    assert torch.allclose(shared.forward_features(x), by_hand["shared"], atol=1e-5)
+    assert torch.allclose(stem.forward_features(x), by_hand["stem"], atol=1e-5)
+    assert not torch.allclose(by_hand["shared"], by_hand["stem"], atol=1e-3)
+
+
+def test_an_encoding_must_declare_where_it_may_be_injected():
+    from vit_lightning.model.position import Encoding
+
+    with pytest.raises(TypeError, match="Rope must declare injections"):
+        class Rope(Encoding):
+            pass
+    with pytest.raises(TypeError, match="from stem, every_layer, every_layer_shared; got .'sideways'"):
+        class Sideways(Encoding):
+            injections = ("sideways",)
 
 
 def naive_attention(x, attn, bias_of) -> torch.Tensor:

@@ -197,7 +197,7 @@ def parse_line(line: str) -> dict:
 
 
 def test_dry_run_lists_every_table8_cell_and_ours(capsys):
-    from vit_lightning.model import INJECTIONS_ALLOWED
+    from vit_lightning.model import ENCODINGS
 
     code, out, _ = run_cli(["pos_encoding", "--dry-run"], capsys)
     assert code == 0
@@ -206,7 +206,7 @@ def test_dry_run_lists_every_table8_cell_and_ours(capsys):
     cells = [trial[:2] for trial in trials]
     assert len(trials) == len(set(trials)) == 11 * len(load("pos_encoding").profiles["demo"].seeds)
     assert set(load("pos_encoding").reference) <= set(cells)  # every cell the paper ran
-    assert set(cells) == {(e, i) for e, injs in INJECTIONS_ALLOWED.items() for i in injs}  # plus ours
+    assert set(cells) == {(e, i) for e, enc in ENCODINGS.items() for i in enc.injections}  # plus ours
     assert all(parse_line(x)["run.profile"] == "demo" for x in lines)
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from vit_lightning.defaults import DEMO
+
 SEED_KEY = "seed_everything"
 METRIC = "val/acc_best"
 # How an ablation's table reads (Ablation.layout); results/ has one builder per layout.
@@ -149,15 +151,9 @@ GPU_TRAINING = {  # AdamW recipe shared by the GPU profiles: 100 epochs, 5 warm-
     "trainer.precision": "bf16-mixed",
 }
 BASE: dict[str, dict[str, Any]] = {
-    "demo": {  # offline CPU demo: the embedded 5k-image MNIST, a micro ViT/7 (16 tokens), ~40 s a trial
-        "data.name": "mnist5k",
-        "data.batch_size": 32,  # 125 steps an epoch: a small ViT needs steps more than big batches
+    "demo": {  # offline CPU demo: fit's own defaults (a micro ViT/7 on the embedded mnist5k), ~40 s a trial
+        **DEMO,
         "data.random_crop": False,  # augmentation only slows a 12-epoch run down
-        "model.variant": "micro",
-        "model.patch_size": 7,
-        "model.lr": 0.002,
-        "model.warmup_epochs": 1,
-        "trainer.max_epochs": 12,
         "trainer.accelerator": "cpu",
         "trainer.devices": 1,
     },

@@ -10,7 +10,7 @@ from contextlib import nullcontext
 
 import torch
 
-from vit_lightning.model import POS_ENCODINGS, VARIANTS, ViT
+from vit_lightning.model import ENCODINGS, VARIANTS, ViT
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -42,7 +42,7 @@ def candidates(args) -> dict[str, torch.nn.Module]:
             models["timm VisionTransformer"] = VisionTransformer(
                 embed_dim=width, depth=depth, num_heads=heads, mlp_ratio=mlp_dim / width, **common)
     if args.encodings:
-        for enc in POS_ENCODINGS:
+        for enc in ENCODINGS:
             if enc != "learned_1d":
                 models[f"ours {enc}/cls"] = ViT(args.variant, pos_encoding=enc, **common)
         models["ours learned_1d/gap"] = ViT(args.variant, pooling="gap", **common)

@@ -62,16 +62,24 @@ def read_mnist5k() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def stratified_split(labels: torch.Tensor, val_split: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-class shuffle with a private generator, so the split ignores the global seed."""
+    """Per-class shuffle with a private generator, so the split ignores the global seed.
+
+    Train indices come sorted. Val indices come in a fixed shuffled order with each class spread evenly
+    over it, so any prefix (`--trainer.limit_val_batches`) holds every class in its share.
+    """
     gen = torch.Generator().manual_seed(seed)
-    train, val = [], []
+    train, val, spread = [], [], []
     for c in torch.unique(labels):
         idx = torch.nonzero(labels == c).flatten()
         idx = idx[torch.randperm(len(idx), generator=gen)]
         n_val = int(round(val_split * len(idx)))
         val.append(idx[:n_val])
         train.append(idx[n_val:])
-    return torch.cat(train).sort().values, torch.cat(val).sort().values
+        spread.append((torch.arange(n_val, dtype=torch.float64) + 0.5) / n_val)  # i-th of its class at (i+.5)/n
+    val, spread = torch.cat(val), torch.cat(spread)
+    order = torch.randperm(len(val), generator=gen)  # random order among equal positions
+    order = order[spread[order].argsort(stable=True)]
+    return torch.cat(train).sort().values, val[order]
 
 
 class Mnist5k(Source):

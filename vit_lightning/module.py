@@ -21,48 +21,26 @@ class ViTClassifier(pl.LightningModule):
 
     def __init__(
         self,
-        variant: str = "micro",
-        patch_size: int = 7,
-        pos_encoding: str = "learned_1d",
-        pos_injection: str = "stem",
-        pooling: str = "cls",
-        stem: str = "patch",
-        hybrid_layers: tuple[int, ...] = (3, 4, 9),
-        hybrid_width: int = 64,
-        head: str = "linear",
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        width: int | None = None,
-        depth: int | None = None,
-        heads: int | None = None,
-        mlp_dim: int | None = None,
-        img_size: int | tuple[int, int] = 224,
-        in_chans: int = 3,
-        num_classes: int = 1000,
         optimizer: str = "adamw",
-        lr: float = 2e-3,
+        lr: float = 1e-3,
         weight_decay: float = 0.05,
         momentum: float = 0.9,
         warmup_epochs: float = 1.0,
         schedule: str = "cosine",
         label_smoothing: float = 0.0,
+        **backbone,
     ):
-        """Model options as in ViT (img_size, in_chans, num_classes come from the data); then the optimizer's.
+        """The optimizer's options; `backbone` takes ViTConfig's (variant, patch_size, pos_encoding, ...).
+
+        `vit-ablate fit` offers every ViTConfig field as `--model.<field>` and sets img_size, in_chans
+        and num_classes from the data.
 
         Args:
-            variant: size preset: micro (CPU demo), Ti, S, B, L, H; width/depth/heads/mlp_dim override it.
-            patch_size: side of the square patches (the hybrid stem's stride replaces it).
-            pos_encoding: none, learned_1d, learned_2d, sincos_2d, relative_1d, relative_bias_2d.
-            pos_injection: stem, every_layer, every_layer_shared.
-            pooling: cls, gap, map.
-            stem: patch or hybrid (BiT ResNet stages `hybrid_layers`, root width `hybrid_width`).
-            head: linear or mlp_tanh.
-            img_size: input side in pixels; `vit-ablate fit` sets it from the data.
-            in_chans: input channels; `vit-ablate fit` sets it from the data.
-            num_classes: output classes; `vit-ablate fit` sets it from the data.
             optimizer: adamw or sgd (with `momentum`).
             lr: peak learning rate, reached after `warmup_epochs` of linear warm-up.
             weight_decay: decoupled (AdamW) or L2 (SGD); never applied to norms, biases, position tables, tokens.
+            momentum: SGD's momentum (AdamW uses betas 0.9, 0.999).
+            warmup_epochs: epochs (fractions allowed) of linear warm-up, counted in optimizer steps.
             schedule: decay after warm-up, per optimizer step: cosine, linear or constant.
             label_smoothing: cross-entropy label smoothing (also applied to mixup/cutmix soft targets).
         """
@@ -74,16 +52,11 @@ class ViTClassifier(pl.LightningModule):
                 "need model.lr > 0, model.weight_decay >= 0, model.warmup_epochs >= 0, 0 <= model.label_smoothing < 1;"
                 f" got {lr}, {weight_decay}, {warmup_epochs}, {label_smoothing}"
             )
-        # Plain lists, not tuples, so hparams.yaml and the checkpoint stay plain (weights_only loading).
-        hybrid_layers = list(hybrid_layers)
-        img_size = list(img_size) if isinstance(img_size, (tuple, list)) else img_size
+        self.model = ViT(**backbone)
+        # Plain lists, not tuples, so the checkpoint stays plain (weights_only loading).
+        backbone = {k: list(v) if isinstance(v, tuple) else v for k, v in backbone.items()}
         self.save_hyperparameters()
-        self.model = ViT(
-            variant, img_size=img_size, in_chans=in_chans, num_classes=num_classes, patch_size=patch_size,
-            width=width, depth=depth, heads=heads, mlp_dim=mlp_dim, pos_encoding=pos_encoding,
-            pos_injection=pos_injection, pooling=pooling, stem=stem, hybrid_layers=tuple(hybrid_layers),
-            hybrid_width=hybrid_width, head=head, dropout=dropout, attn_dropout=attn_dropout,
-        )
+        num_classes = self.model.config.num_classes
         top5 = min(5, num_classes)
         self.train_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
@@ -122,7 +95,7 @@ class ViTClassifier(pl.LightningModule):
 
     def configure_optimizers(self):
         hp = self.hparams
-        groups = self._param_groups(hp.weight_decay)
+        groups = decay_groups(self.model, hp.weight_decay)
         if hp.optimizer == "adamw":
             opt = torch.optim.AdamW(groups, lr=hp.lr, betas=(0.9, 0.999))
         else:
@@ -133,22 +106,23 @@ class ViTClassifier(pl.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    def _param_groups(self, weight_decay: float) -> list[dict]:
-        """Decay matrices only: norms, biases (ndim <= 1), position tables and tokens are not decayed."""
-        skip = self.model.no_weight_decay()
-        decay, no_decay = [], []
-        for name, p in self.model.named_parameters():
-            if p.requires_grad:
-                exempt = p.ndim <= 1 or name in skip or any(name.startswith(s + ".") for s in skip)
-                (no_decay if exempt else decay).append(p)
-        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
     def _steps_per_epoch(self, total: int) -> float:
         """Optimizer steps in one epoch on this rank (falls back to all steps when unknown)."""
         batches = self.trainer.num_training_batches
         if not math.isfinite(batches) or batches <= 0:
             return float(total)
         return math.ceil(batches / self.trainer.accumulate_grad_batches)
+
+
+def decay_groups(model: ViT, weight_decay: float) -> list[dict]:
+    """Decay matrices only: norms, biases (ndim <= 1), position tables and tokens are not decayed."""
+    skip = model.no_weight_decay()
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            exempt = p.ndim <= 1 or name in skip or any(name.startswith(s + ".") for s in skip)
+            (no_decay if exempt else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def _lr_factor(schedule: str, warmup: int, total: int):

@@ -14,6 +14,7 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 
 from vit_lightning.bookkeeping import RECORD, now, write_atomic
+from vit_lightning.callbacks import DivergenceStop
 from vit_lightning.identity import number, plain
 
 SCHEMA = 1
@@ -60,25 +61,32 @@ def gflops_per_image(model: torch.nn.Module, in_chans: int, img_size) -> float:
     return counter.get_total_flops() / 2 / 1e9  # FlopCounterMode counts 2 FLOPs per multiply-add
 
 
+def model_facts(model: torch.nn.Module, in_chans: int, img_size) -> dict[str, Any]:
+    """The compute facts a record keeps about a model: parameter count and forward GFLOPs per image."""
+    return {"params": sum(p.numel() for p in model.parameters()),
+            "gflops_per_image": gflops_per_image(model, in_chans, img_size)}
+
+
 def one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 class RunRecord(pl.Callback):
-    """Keeps results.json up to date on rank 0; its history travels in last.ckpt so a resumed run continues it."""
+    """Keeps results.json up to date on rank 0; its history travels in last.ckpt so a resumed run continues it.
 
-    def __init__(self, directory: Path, config: dict[str, Any]):
-        self.directory, self.config = Path(directory), config
+    `facts` are the model's compute facts (params, GFLOPs); `divergence` says whether the run ended diverged.
+    """
+
+    def __init__(self, directory: Path, config: dict[str, Any], facts: dict[str, Any], divergence: DivergenceStop):
+        self.directory, self.config, self.facts, self.divergence = Path(directory), config, facts, divergence
         self.history: list[dict] = []
         self.seconds = {"wall": 0.0, "train": 0.0}  # totals over attempts, up to the last checkpoint
         self.train_images = 0
-        self.diverged = False
         self.record: dict = {}
         self.extra_metrics: dict[str, float] = {}  # computed outside the epoch loop (few-shot accuracies)
         self._start = self._tick = 0.0
         self._validated = False
-        self._bad = None  # device flag: a non-finite loss since the last check
 
     # --- state carried in the checkpoint -------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -98,16 +106,9 @@ class RunRecord(pl.Callback):
         self._start = time.perf_counter()
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.is_global_zero:
-            return
-        cfg = self.config
-        self.record = self._new_record(trainer, pl_module)
-        self.record["compute"]["gflops_per_image"] = gflops_per_image(
-            pl_module.model, cfg["model.in_chans"], cfg["model.img_size"]
-        )
-        self._write()
-        for logger in trainer.loggers:  # hparams.yaml and the W&B run config get the sweep's flat keys
-            logger.log_hyperparams(cfg)
+        if trainer.is_global_zero:
+            self.record = self._new_record(trainer)
+            self._write()
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._tick = time.perf_counter()
@@ -118,11 +119,6 @@ class RunRecord(pl.Callback):
         self.seconds["train"] += now_ - self._tick
         self._tick = now_
         self.train_images += batch[0].shape[0] * trainer.world_size
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        bad = ~torch.isfinite(loss.detach())
-        self._bad = bad if self._bad is None else self._bad | bad
-        if (trainer.global_step % max(1, trainer.log_every_n_steps) == 0) or trainer.is_last_batch:
-            self._check_divergence(trainer)
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         self._validated = not trainer.sanity_checking
@@ -131,7 +127,6 @@ class RunRecord(pl.Callback):
         self._tick = time.perf_counter()  # validation time is not training time
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self._check_divergence(trainer)
         if not self._validated:
             return
         metrics = {k: plain(number(trainer.callback_metrics.get(k))) for k in HISTORY_KEYS}  # non-finite: None
@@ -142,16 +137,16 @@ class RunRecord(pl.Callback):
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
-            self._finish(trainer, "diverged" if self.diverged else "completed")
+            self._finish(trainer, "diverged" if self.divergence.diverged else "completed")
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if trainer.is_global_zero:
-            self.record = self.record or self._new_record(trainer, pl_module)  # failed before training started
+            self.record = self.record or self._new_record(trainer)  # failed before training started
             self.record["error"] = one_line(exception)
             self._finish(trainer, "failed")
 
     # --- helpers -------------------------------------------------------------------------------------
-    def _new_record(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict:
+    def _new_record(self, trainer: pl.Trainer) -> dict:
         previous = read_record(self.directory) or {}
         cfg = self.config
         return {
@@ -159,26 +154,12 @@ class RunRecord(pl.Callback):
             "ablation": cfg["run.ablation"], "profile": cfg["run.profile"],
             "status": "running", "config": cfg, "metrics": {}, "history": self.history,
             "compute": {
-                "params": sum(p.numel() for p in pl_module.model.parameters()), "gflops_per_image": None,
-                "device": trainer.strategy.root_device.type, "num_devices": trainer.world_size,
+                **self.facts, "device": trainer.strategy.root_device.type, "num_devices": trainer.world_size,
                 "precision": str(trainer.precision),
             },
             "versions": versions(), "wandb": _wandb_info(trainer), "error": None,
             "started_at": (previous.get("started_at") if self.history else None) or now(), "finished_at": None,
         }
-
-    def _check_divergence(self, trainer: pl.Trainer) -> None:
-        """Stop every rank together once any rank saw a non-finite loss."""
-        bad = bool(self._bad.item()) if self._bad is not None else False
-        self._bad = None
-        if trainer.world_size > 1:
-            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
-        if bad and not self.diverged:
-            self.diverged = True
-            trainer.should_stop = True
-            if trainer.is_global_zero:
-                print(f"non-finite loss at step {trainer.global_step}: stopping; the run is recorded as diverged",
-                      flush=True)
 
     def _totals(self) -> dict[str, float]:
         return {"wall": self.seconds["wall"] + time.perf_counter() - self._start, "train": self.seconds["train"]}

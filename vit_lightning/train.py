@@ -3,41 +3,37 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import logging
 import os
-import random
+import subprocess
 import sys
-import time
 import warnings
 from argparse import ArgumentError
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import lightning.pytorch as pl
-import numpy as np
-import torch
+from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
-from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-from lightning.pytorch.loggers.logger import rank_zero_experiment
-from torch.utils.data import DataLoader
+from lightning.pytorch.core.saving import save_hparams_to_yaml
+from lightning.pytorch.loggers import Logger, WandbLogger
 
 from vit_lightning import fewshot
 from vit_lightning.bookkeeping import FINAL, RUN_DEFAULTS, wandb_credentials
+from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed
 from vit_lightning.data import ViTDataModule
+from vit_lightning.defaults import DEMO
 from vit_lightning.module import ViTClassifier
 from vit_lightning.identity import flatten, normalize, run_dir
-from vit_lightning.record import RECORD, RunRecord, read_record
+from vit_lightning.record import RECORD, RunRecord, model_facts, read_record
 
-# Demo defaults (with ViTClassifier's patch_size=7, lr=2e-3 and batches of 32): micro on mnist5k
-# reaches about 90% val acc in 12 epochs, under a minute on 2 CPU cores. GPU users add --trainer.precision=bf16-mixed (and
-# --trainer.deterministic=true for bitwise repeats); CPU kernels repeat exactly for a fixed seed already.
-TRAINER_DEFAULTS = {"max_epochs": 12, "gradient_clip_val": 1.0, "log_every_n_steps": 10}
+# Every fit's trainer defaults; with no options `fit` trains the demo (defaults.DEMO). GPU users add
+# --trainer.precision=bf16-mixed (and --trainer.deterministic=true for bitwise repeats); CPU kernels
+# repeat exactly for a fixed seed already.
+TRAINER_DEFAULTS = {"gradient_clip_val": 1.0, "log_every_n_steps": 10}
 LINKED = ("num_classes", "in_chans", "img_size")  # data -> model, at instantiation
 WANDB_MODES = ("auto", "online", "offline", "off")
 
@@ -70,7 +66,9 @@ class FitCLI(LightningCLI):
                             help="k of the few-shot linear evaluation at the end of fit ([]: none).")
         parser.add_argument("--run.fewshot_every", type=int, default=0,
                             help="Also evaluate few-shot every N epochs (0: only at the end).")
-        parser.set_defaults({"data.batch_size": 32})  # the CPU demo: many small steps suit a small ViT
+        # The demo's settings, typed as if given on the command line (its warmup_epochs 1 is the float 1.0).
+        demo = parser.parse_object(Namespace(DEMO))
+        parser.set_defaults({key: demo[key] for key in DEMO})
         for key in LINKED:
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
 
@@ -83,28 +81,32 @@ class FitCLI(LightningCLI):
         config = normalize(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
         self.run_dir = directory = run_dir(config)
-        self.record = RunRecord(directory, config)
         shots = config["run.fewshot_shots"]
+        facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
+        divergence = DivergenceStop()
         tty = sys.stdout.isatty()
-        trainer_config = self._get(self.config_init, "trainer", default={})
+        trainer_config = self.config_init.get("trainer") or Namespace()
+        given = trainer_config.get("callbacks") or []
         callbacks = [
+            *(given if isinstance(given, list) else [given]),
             # One checkpoint, overwritten every epoch: {run dir}/last.ckpt (resume point, final weights).
             ModelCheckpoint(dirpath=directory, filename="last", save_top_k=1, save_on_train_epoch_end=True,
                             enable_version_counter=False),
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
-            self.record,
+            divergence,
+            RunRecord(directory, config, facts, divergence),
+            ConfigToLoggers(config),
             EpochSeed(config.get("seed_everything")),
             RichProgressBar() if tty else EpochPrinter(),
         ]
-        # The record logs the flat config as hparams itself (module + data hparams would clash on img_size).
-        kwargs.update(logger=make_loggers(directory, config), enable_autolog_hparams=False,
-                      enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False)
-        extra = [self._get(self.config_init, c) for c in self._parser(self.subcommand).callback_keys]
-        return self._instantiate_trainer({**trainer_config, **kwargs}, extra + callbacks)
+        return super().instantiate_trainer(
+            **kwargs, callbacks=callbacks, logger=make_loggers(directory, config), enable_autolog_hparams=False,
+            enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
+        )
 
-    def fit_run(self, argv: list[str]) -> int:
+    def fit_run(self) -> int:
         """Skip a finished run, resume an unfinished one from last.ckpt, or start it."""
-        directory, retrain = self.run_dir, self.record.config["run.retrain"]
+        directory, retrain = self.run_dir, self.config["run.retrain"]
         previous = read_record(directory)
         if previous and previous.get("status") in FINAL and not retrain:
             _say(f"vit-ablate fit: skipped, run already {previous['status']}; record: {directory / RECORD}")
@@ -116,87 +118,68 @@ class FitCLI(LightningCLI):
                 (directory / stale).unlink(missing_ok=True)
         _say(f"vit-ablate fit: {'resuming from ' + ckpt_path if ckpt_path else 'run dir ' + str(directory)}")
         try:
-            with _relaunchable(argv):
-                self.trainer.fit(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path)
+            self.trainer.fit(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path)
         finally:
             _finish_wandb(self.trainer)
-        if self.record.diverged:
-            _say(f"vit-ablate fit: diverged (non-finite loss); record: {directory / RECORD}")
         return 0
 
-
-class EpochSeed(pl.Callback):
-    """Reseed all RNGs from (seed, epoch, rank) at each epoch start: a resumed run draws what an unbroken one does.
-
-    Lightning creates an epoch's loader iterator after `on_train_epoch_start`, except for the first epoch a
-    process trains (created earlier, to count batches); creating it draws a worker base seed from the global
-    RNG, so the loaders get a private generator for that, and shuffling and augmentation draw the same numbers
-    either way. Exact for in-memory data (num_workers=0); worker processes seed themselves.
-    """
-
-    def __init__(self, seed):
-        self.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
-
-    def on_fit_start(self, trainer, pl_module) -> None:
-        for loader in _loaders(trainer.train_dataloader):
-            if loader.generator is None:
-                loader.generator = torch.Generator().manual_seed(self.seed or 0)
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        if self.seed is None:
-            return
-        seed = (self.seed * 1_000_003 + trainer.current_epoch * 1_009 + trainer.global_rank) % 2**32
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)  # also seeds every CUDA device
+    def starts_other_ranks(self) -> bool:
+        """Lightning itself will start this fit's other processes (not torchrun, SLURM, ...)."""
+        environment = getattr(self.trainer.strategy, "cluster_environment", None)
+        return self.trainer.world_size > 1 and environment is not None and not environment.creates_processes_externally
 
 
-def _loaders(tree) -> list[DataLoader]:
-    if isinstance(tree, DataLoader):
-        return [tree]
-    if isinstance(tree, dict):
-        tree = list(tree.values())
-    return [loader for item in tree for loader in _loaders(item)] if isinstance(tree, (list, tuple)) else []
-
-
-class EpochPrinter(pl.Callback):
-    """One plain line per epoch, for logs (used instead of a progress bar when stdout is not a terminal)."""
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._start = time.perf_counter()
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if not trainer.is_global_zero:
-            return
-        metrics = trainer.callback_metrics
-        shown = " ".join(f"{k}={float(metrics[k]):.4f}" for k in ("train/loss", "val/loss", "val/acc") if k in metrics)
-        took = time.perf_counter() - self._start
-        of = f"/{trainer.max_epochs}" if (trainer.max_epochs or 0) > 0 else ""
-        print(f"epoch {trainer.current_epoch + 1}{of} {shown} ({took:.1f}s)", flush=True)
-
-
-class _AppendingWriter(ExperimentWriter):
-    """Lightning's CSV writer, but an existing metrics.csv is continued (resume), not deleted."""
-
-    def _check_log_dir_exists(self) -> None:
-        if self._fs.isfile(self.metrics_file_path):
-            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
-                self.metrics_keys = next(csv.reader(file), [])
-
-
-class RunCSVLogger(CSVLogger):
-    """CSVLogger writing metrics.csv and hparams.yaml straight into the run dir."""
+class RunCSVLogger(Logger):
+    """metrics.csv and hparams.yaml straight in the run dir, Lightning's CSV layout; a resumed run continues them."""
 
     def __init__(self, directory: Path):
-        super().__init__(directory, name="", version="")
+        super().__init__()
+        self.directory = Path(directory)
+        self.rows: list[dict[str, Any]] = []
 
     @property
-    @rank_zero_experiment
-    def experiment(self) -> ExperimentWriter:
-        if self._experiment is None:
-            self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _AppendingWriter(log_dir=self.log_dir)
-        return self._experiment
+    def name(self) -> str:
+        return ""
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    @property
+    def save_dir(self) -> str:
+        return str(self.directory)  # the trainer's log_dir: config.yaml lands here too
+
+    @rank_zero_only
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        save_hparams_to_yaml(self.directory / "hparams.yaml", dict(params))
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.rows.append({**metrics, "step": step})
+
+    @rank_zero_only
+    def save(self) -> None:
+        """Append the new rows; when they bring new columns, rewrite the file under the sorted union of columns."""
+        if not self.rows:
+            return
+        path = self.directory / "metrics.csv"
+        old: list[dict] = []
+        header: list[str] = []
+        if path.is_file():
+            with path.open(newline="") as file:
+                header = next(csv.reader(file), [])
+        keys = sorted(set(header).union(*self.rows))
+        if header and keys != header:
+            with path.open(newline="") as file:
+                old = list(csv.DictReader(file))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with path.open("a" if header and keys == header else "w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=keys)
+            if not (header and keys == header):
+                writer.writeheader()
+            writer.writerows([*old, *self.rows])
+        self.rows = []
 
 
 def wandb_mode(choice: str) -> str | None:
@@ -230,28 +213,17 @@ def make_loggers(directory: Path, config: dict) -> list:
 
 
 def _finish_wandb(trainer: pl.Trainer) -> None:
-    """Close the W&B run Lightning opened, so a later fit in this process starts its own."""
-    for logger in trainer.loggers:
-        if isinstance(logger, WandbLogger) and trainer.is_global_zero and logger._experiment is not None:
-            failed = trainer.state.status.value == "interrupted"
-            logger.experiment.finish(exit_code=1 if failed else 0)
+    """Close the W&B run Lightning opened on rank 0, so a later fit in this process starts its own."""
+    if trainer.is_global_zero and any(isinstance(logger, WandbLogger) for logger in trainer.loggers):
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish(exit_code=1 if trainer.state.status.value == "interrupted" else 0)
 
 
-@contextmanager
-def _relaunchable(argv: list[str]):
-    """Lightning's ddp launcher re-executes sys.argv (or `python -m <__main__>`): make that this fit command."""
-    import __main__
-
-    if sys.argv[1:] == ["fit", *argv]:
-        yield  # started as `vit-ablate fit ...` or `python -m vit_lightning.cli fit ...`
-        return
-    saved = sys.argv, getattr(__main__, "__spec__", None)
-    sys.argv = [sys.argv[0], "fit", *argv]
-    __main__.__spec__ = importlib.util.find_spec("vit_lightning.cli")
-    try:
-        yield
-    finally:
-        sys.argv, __main__.__spec__ = saved
+def _reruns_this_fit(argv: list[str]) -> bool:
+    """Lightning's DDP launcher starts the other ranks by running this process's command line again."""
+    return sys.argv[1:] in (argv, ["fit", *argv])
 
 
 def _say(line: str) -> None:
@@ -262,7 +234,6 @@ def _say(line: str) -> None:
 def _quiet() -> None:
     """Silence advice that does not apply: in-memory data needs no workers; tiny test runs log rarely."""
     for pattern in (".*does not have many workers.*", ".*smaller than the logging interval.*",
-                    ".*Experiment logs directory .* exists and is not empty.*",
                     ".*Checkpoint directory .* exists and is not empty.*", r".*isinstance\(treespec, LeafSpec\).*"):
         warnings.filterwarnings("ignore", message=pattern)
     # "Seed set to N" would otherwise stand before a bad option's one-line error; the record keeps the seed.
@@ -281,7 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         # Bad options stop here, before the run dir exists: nothing is written.
         print(f"vit-ablate fit: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    return cli.fit_run(argv)
+    if cli.starts_other_ranks() and not _reruns_this_fit(argv):
+        # Called from Python: the other ranks would re-run the caller's command line. Run this fit as the
+        # command itself, whose ranks then get the same argv.
+        return subprocess.call([sys.executable, "-m", "vit_lightning.cli", "fit", *argv])
+    return cli.fit_run()
 
 
 if __name__ == "__main__":

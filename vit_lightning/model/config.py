@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from vit_lightning.model.pooling import HEADS, POOLINGS
-from vit_lightning.model.position import ENCODINGS, INJECTIONS, INJECTIONS_ALLOWED
+from vit_lightning.model.position import ENCODINGS, INJECTIONS
 from vit_lightning.model.stems import STEMS
 
 # name: (layers, width, MLP size, heads), the paper's Table 1 plus Ti/S (DeiT) and a CPU demo size
@@ -17,8 +17,6 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
     "L": (24, 1024, 4096, 16),
     "H": (32, 1280, 5120, 16),
 }
-POS_ENCODINGS = tuple(ENCODINGS)
-POS_INJECTIONS = INJECTIONS
 
 
 def check_choice(option: str, value, choices) -> None:
@@ -28,7 +26,30 @@ def check_choice(option: str, value, choices) -> None:
 
 @dataclass
 class ViTConfig:
-    """Plain options of a ViT; `width/depth/heads/mlp_dim` default to the variant's."""
+    """Plain options of a ViT; `width/depth/heads/mlp_dim` default to the variant's.
+
+    Every field is also a `vit-ablate fit` option, `--model.<field>`, with this docstring as its help.
+
+    Args:
+        variant: size preset (VARIANTS: micro is the CPU demo size, Ti, S, B, L, H the paper's and DeiT's).
+        img_size: input side in pixels, or (height, width); `fit` sets it from the data.
+        in_chans: input channels; `fit` sets it from the data.
+        num_classes: output classes; `fit` sets it from the data.
+        patch_size: side of the square patches (the hybrid stem's stride replaces it).
+        width: token width D, overriding the variant's.
+        depth: number of encoder blocks, overriding the variant's.
+        heads: attention heads, overriding the variant's; must divide width.
+        mlp_dim: hidden size of the blocks' MLP, overriding the variant's.
+        pos_encoding: position encoding, a name in position.ENCODINGS.
+        pos_injection: where the encoding enters (stem, every_layer, every_layer_shared), as the encoding allows.
+        pooling: tokens to one vector, a name in POOLINGS ([class] token, average, attention).
+        stem: patch, or hybrid (a BiT ResNet of stages `hybrid_layers`, root width `hybrid_width`).
+        hybrid_layers: bottleneck blocks per ResNet stage of the hybrid stem.
+        hybrid_width: root width of the hybrid stem's ResNet (a multiple of 32).
+        head: classifier on the pooled vector, a name in HEADS.
+        dropout: dropout after the position encoding and in the blocks' MLP and attention output.
+        attn_dropout: dropout on the attention probabilities.
+    """
 
     variant: str = "micro"
     img_size: int | tuple[int, int] = 224
@@ -51,12 +72,12 @@ class ViTConfig:
 
     def __post_init__(self):
         check_choice("variant", self.variant, VARIANTS)
-        check_choice("pos_encoding", self.pos_encoding, POS_ENCODINGS)
-        check_choice("pos_injection", self.pos_injection, POS_INJECTIONS)
+        check_choice("pos_encoding", self.pos_encoding, ENCODINGS)
+        check_choice("pos_injection", self.pos_injection, INJECTIONS)
         check_choice("pooling", self.pooling, POOLINGS)
         check_choice("stem", self.stem, STEMS)
         check_choice("head", self.head, HEADS)
-        allowed = INJECTIONS_ALLOWED[self.pos_encoding]
+        allowed = ENCODINGS[self.pos_encoding].injections
         if self.pos_injection not in allowed:
             raise ValueError(
                 f"pos_injection={self.pos_injection!r} is not allowed with pos_encoding={self.pos_encoding!r}; "

@@ -1,8 +1,9 @@
 """Position encodings: absolute tables added to tokens, relative ones added to attention logits.
 
-Every encoding is built as `Encoding(dim, heads, grid, num_prefix)`, knows the (H, W) patch grid it
-was built for, and resamples itself to another grid. Prefix tokens (the [class] token) sit before
-the patch tokens; only `learned_1d` gives them a position, as the paper's E_pos in R^{(N+1) x D}.
+Every encoding is built as `Encoding(dim, heads, grid, num_prefix)`, declares where it may be
+injected, knows the (H, W) patch grid it was built for, and resamples itself to another grid.
+Prefix tokens (the [class] token) sit before the patch tokens; only `learned_1d` gives them a
+position, as the paper's E_pos in R^{(N+1) x D}.
 """
 
 from __future__ import annotations
@@ -26,10 +27,35 @@ def _interp_2d(table: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     return F.interpolate(table[None], size=size, mode="bicubic", align_corners=False)[0]
 
 
-class NoEncoding(nn.Module):
+# Where an encoding can enter the network: added to the tokens once, before the first block (the
+# paper's default), or at the input of every block with a table per block or one table shared.
+INJECTIONS = ("stem", "every_layer", "every_layer_shared")
+
+
+class Encoding(nn.Module):
+    """Base of the position encodings; a subclass must declare `injections`, its allowed subset of INJECTIONS.
+
+    Absolute encodings implement `embedding() -> (T, D) | None`; relative ones set `relative = True`
+    and map (B, h, T, hd) queries to (B|1, h, T, T) logits in `forward`.
+    """
+
+    relative: bool = False
+    injections: tuple[str, ...]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        allowed = getattr(cls, "injections", None)
+        if not isinstance(allowed, tuple) or not allowed or not set(allowed) <= set(INJECTIONS):
+            raise TypeError(
+                f"position encoding {cls.__name__} must declare injections = a non-empty tuple from "
+                f"{', '.join(INJECTIONS)}; got {allowed!r}"
+            )
+
+
+class NoEncoding(Encoding):
     """No position information at all: the encoder sees a bag of patches."""
 
-    relative = False
+    injections = ("stem",)  # nothing to inject anywhere else
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -42,10 +68,10 @@ class NoEncoding(nn.Module):
         self.grid = tuple(grid)
 
 
-class Learned1d(nn.Module):
+class Learned1d(Encoding):
     """The paper's default: one learned vector per token in raster order (class token included)."""
 
-    relative = False
+    injections = INJECTIONS
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -65,10 +91,10 @@ class Learned1d(nn.Module):
         self.grid = tuple(grid)
 
 
-class Learned2d(nn.Module):
+class Learned2d(Encoding):
     """The paper's 2-D encoding: an X table and a Y table of width D/2, concatenated per patch."""
 
-    relative = False
+    injections = INJECTIONS
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -102,10 +128,10 @@ def sincos_2d_table(grid: tuple[int, int], dim: int, temperature: float = 10_000
     return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1).float()
 
 
-class SinCos2d(nn.Module):
+class SinCos2d(Encoding):
     """Fixed 2-D sin-cos encoding, as in "Better plain ViT baselines" (no parameters)."""
 
-    relative = False
+    injections = ("stem", "every_layer_shared")  # a fixed table has nothing to learn per layer
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -136,14 +162,14 @@ def _offset_index(offsets: torch.Tensor, num_offsets: int, num_prefix: int) -> t
     return index
 
 
-class Relative1d(nn.Module):
+class Relative1d(Encoding):
     """The paper's relative encoding: an embedding per 1-D offset between query and key patches.
 
     The offset embeddings act as keys for the content query; their logits are added to the content
     logits before the softmax (scaled like them, as in Shaw et al.). Heads share the embeddings.
     """
 
-    relative = True
+    relative, injections = True, ("stem",)  # acts inside every attention layer already
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -171,10 +197,10 @@ class Relative1d(nn.Module):
         self._set_grid(grid)
 
 
-class RelativeBias2d(nn.Module):
+class RelativeBias2d(Encoding):
     """Swin's relative position bias: a learned scalar per head for each 2-D offset."""
 
-    relative = True
+    relative, injections = True, ("stem",)
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -206,7 +232,7 @@ class RelativeBias2d(nn.Module):
         self._set_grid(grid)
 
 
-ENCODINGS: dict[str, type[nn.Module]] = {
+ENCODINGS: dict[str, type[Encoding]] = {
     "none": NoEncoding,
     "learned_1d": Learned1d,
     "learned_2d": Learned2d,
@@ -214,17 +240,6 @@ ENCODINGS: dict[str, type[nn.Module]] = {
     "relative_1d": Relative1d,
     "relative_bias_2d": RelativeBias2d,
 }
-
-# Where each encoding may be injected (the paper's Table 8 grid, plus ours).
-INJECTIONS_ALLOWED: dict[str, tuple[str, ...]] = {
-    "none": ("stem",),
-    "learned_1d": ("stem", "every_layer", "every_layer_shared"),
-    "learned_2d": ("stem", "every_layer", "every_layer_shared"),
-    "sincos_2d": ("stem", "every_layer_shared"),  # a fixed table has nothing to learn per layer
-    "relative_1d": ("stem",),  # relative encodings act inside every attention layer already
-    "relative_bias_2d": ("stem",),
-}
-INJECTIONS = ("stem", "every_layer", "every_layer_shared")
 
 
 class PositionEncoding(nn.Module):

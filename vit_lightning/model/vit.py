@@ -15,7 +15,11 @@ from vit_lightning.model.stems import STEMS
 
 
 class ViT(nn.Module):
-    """A ViT assembled from named parts; see ViTConfig for the options."""
+    """A ViT assembled from named parts; see ViTConfig for the options.
+
+    Args:
+        variant: size preset (VARIANTS: micro is the CPU demo size, Ti, S, B, L, H the paper's and DeiT's).
+    """
 
     def __init__(self, variant: str = "micro", **options):
         super().__init__()

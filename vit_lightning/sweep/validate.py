@@ -21,11 +21,11 @@ class SweepError(ValueError):
 def choices() -> dict[str, tuple]:
     """Option -> allowed values, read from the model, data and module code (never a copy here)."""
     from vit_lightning.data import DATASETS
-    from vit_lightning.model import HEADS, POOLINGS, POS_ENCODINGS, POS_INJECTIONS, STEMS, VARIANTS
+    from vit_lightning.model import ENCODINGS, HEADS, INJECTIONS, POOLINGS, STEMS, VARIANTS
     from vit_lightning.module import OPTIMIZERS, SCHEDULES
 
     named = {
-        "model.pos_encoding": POS_ENCODINGS, "model.pos_injection": POS_INJECTIONS, "model.pooling": POOLINGS,
+        "model.pos_encoding": ENCODINGS, "model.pos_injection": INJECTIONS, "model.pooling": POOLINGS,
         "model.stem": STEMS, "model.head": HEADS, "model.variant": VARIANTS, "data.name": DATASETS,
         "model.optimizer": OPTIMIZERS, "model.schedule": SCHEDULES,
     }
@@ -35,10 +35,11 @@ def choices() -> dict[str, tuple]:
 @functools.lru_cache(maxsize=1)
 def pos_rules() -> tuple[dict[str, tuple[str, ...]], str, str]:
     """(encoding -> allowed injections, default encoding, default injection) from the model."""
-    from vit_lightning.model import INJECTIONS_ALLOWED, ViTConfig
+    from vit_lightning.model import ENCODINGS, ViTConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(ViTConfig)}
-    return dict(INJECTIONS_ALLOWED), defaults["pos_encoding"], defaults["pos_injection"]
+    rules = {name: encoding.injections for name, encoding in ENCODINGS.items()}
+    return rules, defaults["pos_encoding"], defaults["pos_injection"]
 
 
 def check_structure(config: Any) -> None:
