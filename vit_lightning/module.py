@@ -54,7 +54,8 @@ class ViTClassifier(pl.LightningModule):
             patch_size: side of the square patches (the hybrid stem's stride replaces it).
             pos_encoding: none, learned_1d, learned_2d, sincos_2d, relative_1d, relative_bias_2d.
             pos_injection: stem, every_layer, every_layer_shared.
-            pooling: cls, gap, map.
+            pooling: cls, gap (paper: LayerNorm every token, then mean), gap_fcnorm (timm: mean, then LayerNorm),
+                gap_fcnorm_cls, map.
             stem: patch or hybrid (BiT ResNet stages `hybrid_layers`, root width `hybrid_width`).
             head: linear or mlp_tanh.
             img_size: input side in pixels; `vit-ablate fit` sets it from the data.
