@@ -40,7 +40,8 @@ def test_logged_epoch_metrics_equal_a_direct_computation(tmp_path, monkeypatch):
     assert train.main([*ARGV, f"--run.root={tmp_path}"]) == 0
     [path] = tmp_path.glob("*/*/*/results.json")
     metrics = json.loads(path.read_text())["metrics"]
-    module = ViTClassifier(width=32, depth=1, heads=2, mlp_dim=64, img_size=28, in_chans=1, num_classes=10)
+    module = ViTClassifier(width=32, depth=1, heads=2, mlp_dim=64, patch_size=7, img_size=28, in_chans=1,
+                           num_classes=10)
     module.load_state_dict(torch.load(path.parent / "last.ckpt", weights_only=True)["state_dict"])
     model = module.model.eval()
     data = ViTDataModule(batch_size=100)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from vit_lightning import ViT
-from vit_lightning.module import ViTClassifier
+from vit_lightning.module import ViTClassifier, decay_groups
 
 MICRO = dict(img_size=28, in_chans=1, num_classes=10, patch_size=4)
 
@@ -73,7 +73,7 @@ def test_attention_pool_probe_gets_no_weight_decay():
     module = ViTClassifier(**MICRO, pooling="map", weight_decay=0.1)
     probe = module.model.pool.probe
     assert "pool.probe" in module.model.no_weight_decay()
-    groups = module._param_groups(0.1)
+    groups = decay_groups(module.model, 0.1)
     no_decay = [g for g in groups if g["weight_decay"] == 0.0]
     assert any(p is probe for g in no_decay for p in g["params"])
     assert not any(p is probe for g in groups if g["weight_decay"] > 0 for p in g["params"])
