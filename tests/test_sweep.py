@@ -420,7 +420,8 @@ def test_ablations_dir_adds_user_ablations(tmp_path, capsys):
     source = (REPO / "ablations" / "hybrid.py").read_text().replace('name="hybrid"', 'name="my_stems"')
     (mine / "my_stems.py").write_text(source)
     code, out, _ = run_cli(["my_stems", "--ablations-dir", str(mine), "--dry-run"], capsys)
-    assert code == 0 and len(out.strip().splitlines()) == 4 and "--run.ablation=my_stems" in out
+    trials = len(load("hybrid").profiles["demo"].trials())
+    assert code == 0 and len(out.strip().splitlines()) == trials and "--run.ablation=my_stems" in out
     assert run_cli(["my_stems", "--dry-run"], capsys)[0] == 2  # only when asked for
     (mine / "hybrid.py").write_text(source)
     code, _, err = run_cli(["my_stems", "--ablations-dir", str(mine), "--dry-run"], capsys)
