@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -136,9 +137,10 @@ def test_wandb_resumed_fit_logs_to_the_same_run(tmp_path, monkeypatch):
     assert train.main(argv) == 0  # resumes from last.ckpt, and the W&B run with it
     _, second = only_record(tmp_path / "runs")
     assert second["status"] == "completed" and second["wandb"]["run_id"] == run_id
-    attempts = sorted((path.parent / "wandb").glob("offline-run-*"))  # one folder per attempt, named by run id
-    # (two attempts started within one second get folder names told apart by a "-1" suffix)
-    assert len(attempts) == 2 and all((folder / f"run-{run_id}.wandb").is_file() for folder in attempts)
+    # one folder per attempt, named by time and run id (wandb appends -1 when both start in the same second)
+    attempts = sorted((path.parent / "wandb").glob("offline-run-*"))
+    assert len(attempts) == 2 and all(re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{run_id}(-\d+)?", folder.name)
+                                      for folder in attempts)
 
 
 def test_ddp_two_cpu_processes_write_one_record(tmp_path, monkeypatch):
