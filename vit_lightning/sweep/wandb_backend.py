@@ -106,7 +106,7 @@ def find_or_create_sweeps(configs: list[dict], project: str, entity: str | None,
     for config in configs:
         match = next((sweep for sweep in existing if same_sweep(sweep.config, config)), None)
         sweep_id = match.id if match else wandb.sweep(config, project=project, entity=entity)
-        paths.append(f"{entity}/{project}/{sweep_id}")
+        paths.append("/".join(part for part in (entity, project, sweep_id) if part))
     return paths
 
 
