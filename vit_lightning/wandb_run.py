@@ -18,11 +18,11 @@ import yaml
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from vit_lightning.ablation import METRIC as SWEEP_METRIC  # every ablation's sweep metric
 from vit_lightning.bookkeeping import FINAL, wandb_credentials
 from vit_lightning.record import RunRecord, read_record
 
 MODES = ("auto", "online", "offline", "off")
-SWEEP_METRIC = "val/acc_best"  # every ablation's sweep metric (ablation.METRIC)
 
 
 def under_agent() -> bool:
@@ -60,7 +60,7 @@ def logger(directory: Path, config: dict) -> WandbLogger | None:
     """Lightning's WandbLogger for this run (it creates the W&B run on rank 0 only), or None when W&B is off.
 
     An interrupted run continues its W&B run: outside an agent by the id its record holds; under an agent
-    the agent names the run (WANDB_RUN_ID), and a requeued trial gets its old id back, which is resumed.
+    the agent names the run, and a requeued trial gets its old id back.
     """
     chosen = mode(config["run.wandb"])
     if not chosen:
@@ -68,12 +68,9 @@ def logger(directory: Path, config: dict) -> WandbLogger | None:
     previous = read_record(directory) or {}
     run_id = (previous.get("wandb") or {}).get("run_id")
     unfinished = bool(run_id) and previous.get("status") not in FINAL and not config["run.retrain"]
-    extra: dict[str, Any] = {}
-    if under_agent():
-        if unfinished and run_id == os.environ.get("WANDB_RUN_ID"):
-            extra = {"resume": "allow"}
-    elif unfinished:
-        extra = {"id": run_id, "resume": "allow"}
+    # WandbLogger has wandb.init resume the run of its id ("allow"): under an agent the agent's id (WANDB_RUN_ID,
+    # which a requeued trial gets back), otherwise the id the interrupted attempt recorded
+    extra = {"id": run_id} if unfinished and not under_agent() else {}
     project = config["run.wandb_project"] or os.environ.get("WANDB_PROJECT", "vit-lightning")
     # mode goes to wandb.init itself: wandb reads its environment once per process (the credentials check above)
     return WandbLogger(name=directory.name, save_dir=str(directory), project=project, mode=chosen,
