@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from vit_lightning import train
+from vit_lightning import train, wandb_run
 from vit_lightning.module import ViTClassifier
 
 TINY = [
@@ -109,9 +109,9 @@ def test_wandb_offline_writes_a_local_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
-    assert train.wandb_mode("auto") is None  # no agent, no credentials: off
+    assert wandb_run.mode("auto") is None  # no agent, no credentials: off
     monkeypatch.setenv("WANDB_SWEEP_ID", "abc123")
-    assert train.wandb_mode("auto") == "offline"  # under an agent without credentials: offline
+    assert wandb_run.mode("auto") == "offline"  # under an agent without credentials: offline
     monkeypatch.delenv("WANDB_SWEEP_ID")
     assert train.main([*TINY, "--trainer.max_epochs=1", "--run.wandb=offline", "--run.wandb_project=p"]) == 0
     path, record = only_record(tmp_path / "runs")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import logging
-import os
+import signal
 import subprocess
 import sys
 import warnings
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
+import torch
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
@@ -20,14 +21,15 @@ from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vit_lightning import fewshot
-from vit_lightning.bookkeeping import FINAL, RUN_DEFAULTS, wandb_credentials
+from vit_lightning import fewshot, wandb_run
+from vit_lightning.bookkeeping import FINAL, RUN_DEFAULTS
 from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed
 from vit_lightning.data import ViTDataModule
 from vit_lightning.defaults import DEMO
 from vit_lightning.module import ViTClassifier
-from vit_lightning.identity import flatten, normalize, run_dir
+from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, run_name, world_size
 from vit_lightning.record import RECORD, RunRecord, model_facts, read_record
 
 # Every fit's trainer defaults; with no options `fit` trains the demo (defaults.DEMO). GPU users add
@@ -35,7 +37,6 @@ from vit_lightning.record import RECORD, RunRecord, model_facts, read_record
 # repeat exactly for a fixed seed already.
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0, "log_every_n_steps": 10}
 LINKED = ("num_classes", "in_chans", "img_size")  # data -> model, at instantiation
-WANDB_MODES = ("auto", "online", "offline", "off")
 
 
 class FitCLI(LightningCLI):
@@ -59,7 +60,7 @@ class FitCLI(LightningCLI):
         parser.add_argument("--run.trial", type=str | None, default=None,
                             help="Run directory name given by the sweep runner (default: from the config).")
         parser.add_argument("--run.retrain", type=bool, default=False, help="Train again even if completed.")
-        parser.add_argument("--run.wandb", type=Literal[WANDB_MODES], default="auto",
+        parser.add_argument("--run.wandb", type=Literal[wandb_run.MODES], default="auto",
                             help="auto: on under a W&B agent or with credentials (offline without them).")
         parser.add_argument("--run.wandb_project", type=str | None, default=None, help="W&B project.")
         parser.add_argument("--run.fewshot_shots", type=list[int], default=list(fewshot.SHOTS),
@@ -80,10 +81,14 @@ class FitCLI(LightningCLI):
         # normalised once (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2): the name, record and loggers agree
         config = normalize(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
+        if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
+            world = world_size(config, torch.cuda.device_count())
+            config[TRIAL_KEY] = run_name(wandb_run.sweep_params() or config, world)
         self.run_dir = directory = run_dir(config)
         shots = config["run.fewshot_shots"]
         facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
         divergence = DivergenceStop()
+        record = RunRecord(directory, config, facts, divergence)
         tty = sys.stdout.isatty()
         trainer_config = self.config_init.get("trainer") or Namespace()
         given = trainer_config.get("callbacks") or []
@@ -94,28 +99,31 @@ class FitCLI(LightningCLI):
                             enable_version_counter=False),
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
             divergence,
-            RunRecord(directory, config, facts, divergence),
+            record,
+            wandb_run.WandbSummary(record),  # after the record: mirrors what it has just written
             ConfigToLoggers(config),
             EpochSeed(config.get("seed_everything")),
             RichProgressBar() if tty else EpochPrinter(),
         ]
         return super().instantiate_trainer(
+            # default_root_dir: where Lightning's SLURM requeue checkpoint (hpc_ckpt_*.ckpt) goes and is resumed from
             **kwargs, callbacks=callbacks, logger=make_loggers(directory, config), enable_autolog_hparams=False,
+            default_root_dir=str(directory),
             enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
         )
 
     def fit_run(self) -> int:
-        """Skip a finished run, resume an unfinished one from last.ckpt, or start it."""
+        """Skip a finished run, resume an unfinished one from its newest checkpoint, or start it."""
         directory, retrain = self.run_dir, self.config["run.retrain"]
         previous = read_record(directory)
         if previous and previous.get("status") in FINAL and not retrain:
             _say(f"vit-ablate fit: skipped, run already {previous['status']}; record: {directory / RECORD}")
             return 0
-        last = directory / "last.ckpt"
-        ckpt_path = str(last) if last.is_file() and not retrain else None
+        newest = resume_point(directory)
+        ckpt_path = str(newest) if newest and not retrain else None
         if ckpt_path is None and rank_zero_only.rank == 0:
-            for stale in ("last.ckpt", "metrics.csv"):  # a fresh start must not append to an old attempt
-                (directory / stale).unlink(missing_ok=True)
+            for stale in ("last.ckpt", "metrics.csv", *(p.name for p in directory.glob("hpc_ckpt_*.ckpt"))):
+                (directory / stale).unlink(missing_ok=True)  # a fresh start must not append to an old attempt
         _say(f"vit-ablate fit: {'resuming from ' + ckpt_path if ckpt_path else 'run dir ' + str(directory)}")
         try:
             self.trainer.fit(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path)
@@ -127,6 +135,13 @@ class FitCLI(LightningCLI):
         """Lightning itself will start this fit's other processes (not torchrun, SLURM, ...)."""
         environment = getattr(self.trainer.strategy, "cluster_environment", None)
         return self.trainer.world_size > 1 and environment is not None and not environment.creates_processes_externally
+
+
+def resume_point(directory: Path) -> Path | None:
+    """An interrupted run's newest checkpoint in its run dir: last.ckpt (written at each epoch's end) or the
+    hpc_ckpt_N.ckpt Lightning saves there when SLURM signals a requeue (`sbatch --signal=SIGUSR1@90`)."""
+    found = [p for p in (directory / "last.ckpt", *directory.glob("hpc_ckpt_*.ckpt")) if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime_ns, default=None)
 
 
 class RunCSVLogger(Logger):
@@ -182,34 +197,10 @@ class RunCSVLogger(Logger):
         self.rows = []
 
 
-def wandb_mode(choice: str) -> str | None:
-    """auto: on under a W&B agent or with credentials; offline when there are no credentials; None = off."""
-    if choice in ("online", "offline"):
-        return choice
-    if choice == "off" or os.environ.get("WANDB_MODE") == "disabled":
-        return None
-    credentials = wandb_credentials()
-    if os.environ.get("WANDB_SWEEP_ID") or credentials:
-        return "online" if credentials and os.environ.get("WANDB_MODE") != "offline" else "offline"
-    return None
-
-
 def make_loggers(directory: Path, config: dict) -> list:
     """CSV always; W&B (Lightning's WandbLogger, which creates the run on rank 0 only) when enabled."""
-    loggers: list = [RunCSVLogger(directory)]
-    mode = wandb_mode(config["run.wandb"])
-    if mode:
-        project = config["run.wandb_project"] or os.environ.get("WANDB_PROJECT", "vit-lightning")
-        extra, previous = {}, read_record(directory) or {}
-        run_id = (previous.get("wandb") or {}).get("run_id")
-        resuming = previous.get("status") not in FINAL and not config["run.retrain"]
-        if run_id and resuming and not os.environ.get("WANDB_RUN_ID"):  # an agent names its own runs
-            extra = {"id": run_id, "resume": "allow"}  # continue the interrupted attempt's W&B run
-        loggers.append(WandbLogger(
-            name=directory.name, save_dir=str(directory), project=project, offline=mode == "offline",
-            group=config["run.ablation"], tags=[config["run.ablation"], config["run.profile"]], **extra,
-        ))
-    return loggers
+    wandb_logger = wandb_run.logger(directory, config)
+    return [RunCSVLogger(directory), *([wandb_logger] if wandb_logger else [])]
 
 
 def _finish_wandb(trainer: pl.Trainer) -> None:
@@ -256,7 +247,18 @@ def main(argv: list[str] | None = None) -> int:
         # Called from Python: the other ranks would re-run the caller's command line. Run this fit as the
         # command itself, whose ranks then get the same argv.
         return subprocess.call([sys.executable, "-m", "vit_lightning.cli", "fit", *argv])
-    return cli.fit_run()
+    try:
+        return cli.fit_run()
+    except SIGTERMException:
+        return interrupted_exit_code()
+
+
+def interrupted_exit_code() -> int:
+    """128 + SIGTERM: stopped, not finished, so a W&B agent requeues a preempting trial and SLURM sees the signal.
+
+    Lightning's SIGTERMException carries no exit code (a plain exit would read as success).
+    """
+    return 128 + signal.SIGTERM
 
 
 if __name__ == "__main__":
