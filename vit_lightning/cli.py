@@ -11,13 +11,14 @@ COMMANDS = {
     "sweep": ("vit_lightning.sweep.cli:main", "run an ablation's sweep locally or on W&B agents"),
     "sweeps": ("vit_lightning.sweep.cli:write_main", "regenerate sweeps/*.yaml from ablations/"),
     "table": ("vit_lightning.results.cli:main", "regenerate an ablation's tables and plots from run records"),
-    "bench": ("vit_lightning.bench:main", "throughput of our backbone vs timm on the same config"),
+    "bench": ("vit_lightning.bench.cli:main", "training step vs timm and the matmul peak; loader throughput"),
+    "gpu-check": ("vit_lightning.bench.gpu_check:main", "one short run that proves a GPU machine (--dry-run: CPU)"),
 }
 
 
 def usage() -> str:
     lines = ["usage: vit-ablate COMMAND [options]", "", "commands:"]
-    lines += [f"  {name:<7} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name:<9} {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += ["", "`vit-ablate COMMAND --help` shows a command's options."]
     return "\n".join(lines)
 

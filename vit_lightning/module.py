@@ -46,6 +46,7 @@ class ViTClassifier(pl.LightningModule):
         warmup_epochs: float = 1.0,
         schedule: str = "cosine",
         label_smoothing: float = 0.0,
+        compile: bool = False,
     ):
         """Model options as in ViT (img_size, in_chans, num_classes come from the data); then the optimizer's.
 
@@ -65,6 +66,7 @@ class ViTClassifier(pl.LightningModule):
             weight_decay: decoupled (AdamW) or L2 (SGD); never applied to norms, biases, position tables, tokens.
             schedule: decay after warm-up, per optimizer step: cosine, linear or constant.
             label_smoothing: cross-entropy label smoothing (also applied to mixup/cutmix soft targets).
+            compile: torch.compile the ViT (in place: parameter names and checkpoints stay the same).
         """
         super().__init__()
         check_choice("model.optimizer", optimizer, OPTIMIZERS)
@@ -88,6 +90,11 @@ class ViTClassifier(pl.LightningModule):
         self.train_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_acc5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro")
+
+    def configure_model(self) -> None:
+        """Compile once, when the trainer sets the model up (before DDP wraps it)."""
+        if self.hparams.compile and getattr(self.model, "_compiled_call_impl", None) is None:
+            self.model.compile()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)  # (B, C, H, W) -> (B, num_classes)
