@@ -14,12 +14,12 @@ from pathlib import Path
 import torch
 
 from vit_lightning.bench import loader, machine
-from vit_lightning.bench.models import ABSOLUTE, candidates, ours, subjects, train_flops_per_image
+from vit_lightning.bench.models import candidates, ours, subjects, train_flops_per_image
 from vit_lightning.bench.report import render_text, targets
 from vit_lightning.bench.timing import (
     PRECISIONS, Candidate, matmul_peak, output_error, paired_ratio, run_rounds, sync, train_step,
 )
-from vit_lightning.model import VARIANTS
+from vit_lightning.model import VARIANTS, ViT
 
 SCHEMA = 1
 
@@ -186,9 +186,26 @@ def _matches(row: dict) -> bool:
     return row["match_error"] <= row["match_tolerance"]
 
 
+def check(args) -> None:
+    """One-line errors for bad arguments, before anything is measured."""
+    for name in ("img_size", "patch_size", "batch_size", "steps", "rounds", "warmup", "data_images"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    device = resolve_device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {args.device}: no CUDA device is visible; use --device cpu")
+    with torch.device("meta"):  # builds nothing in memory, but checks the sizes fit together
+        ViT(args.variant, img_size=args.img_size, patch_size=args.patch_size)
+
+
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     args.argv = list(argv)
+    try:
+        check(args)
+    except (ValueError, RuntimeError) as error:
+        print(f"vit-ablate bench: error: {error}", file=sys.stderr)
+        return 2
     report = run(args)
     if args.json:
         json.dump(report, sys.stdout, indent=1)

@@ -17,8 +17,11 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+
+import torch
 
 import vit_lightning
 from vit_lightning.ablation import BASE
@@ -97,7 +100,7 @@ def run_bench(argv: list[str]) -> dict:
     return bench.run(args)
 
 
-def steps(dry: bool, tmp: Path) -> list[tuple[str, callable]]:
+def steps(dry: bool, tmp: Path) -> list[tuple[str, Callable[[], list[str]]]]:
     """(title, function returning markdown lines) for every step of the check."""
     base = DRY_BENCH if dry else GPU_BENCH
     compiled = ["--compile", *(DRY_COMPILE if dry else [])]
@@ -129,8 +132,6 @@ def main(argv: list[str]) -> int:
     p.add_argument("--dry-run", action="store_true", help="the same steps on the CPU at tiny sizes (CI)")
     p.add_argument("--out", default="gpu-check.md", help="the markdown report (default: gpu-check.md)")
     args = p.parse_args(argv)
-    import torch
-
     if not args.dry_run and not torch.cuda.is_available():
         print("vit-ablate gpu-check: no CUDA device visible; run it on a GPU machine, or pass --dry-run", file=sys.stderr)
         return 2
@@ -138,16 +139,17 @@ def main(argv: list[str]) -> int:
     title = "dry run on the CPU" if args.dry_run else torch.cuda.get_device_name(0)
     lines, failed, start = [f"## vit-ablate gpu-check{' --dry-run' if args.dry_run else ''}: {title}, {when}", ""], [], time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        for title, step in steps(args.dry_run, Path(tmp)):
+        plan = steps(args.dry_run, Path(tmp))
+        for name, step in plan:
             began = time.time()
-            print(f"gpu-check: {title} ...", flush=True)
+            print(f"gpu-check: {name} ...", flush=True)
             try:
                 body, verdict = step(), "passed"
             except Exception as error:  # one failed step must not hide the others
                 body, verdict = [f"    {line}" for line in traceback.format_exception_only(error)], "FAILED"
-                failed.append(title)
-            lines += [f"### {title}: {verdict} ({time.time() - began:.0f} s)", "", *body, ""]
-    summary = f"**{len(failed)} of {len(steps(args.dry_run, Path()))} steps failed**" if failed else "all steps passed"
+                failed.append(name)
+            lines += [f"### {name}: {verdict} ({time.time() - began:.0f} s)", "", *body, ""]
+    summary = f"**{len(failed)} of {len(plan)} steps failed**" if failed else "all steps passed"
     lines.insert(2, f"{summary}; {time.time() - start:.0f} s in all.\n")
     Path(args.out).write_text("\n".join(lines))
     print(f"gpu-check: {summary}; report: {args.out}")
