@@ -41,7 +41,7 @@ FIT_COMMON = {"data.name": "synthetic", "data.download": False, "run.wandb": "of
 
 
 def cifar10_fit_args(dry: bool) -> dict:
-    """The cifar10 profile for 2 epochs on synthetic CIFAR-shaped data (dry: a micro ViT, 2 batches, 1 worker)."""
+    """The cifar10 profile for 2 epochs on synthetic CIFAR-shaped data (dry: a micro ViT, 8 batches, 1 worker)."""
     settings = {**BASE["cifar10"], **FIT_COMMON, "trainer.max_epochs": 2, "run.profile": "cifar10"}
     if dry:
         settings.update({"model.variant": "micro", "model.patch_size": 8, "data.batch_size": 32, "data.num_workers": 1,
@@ -51,7 +51,7 @@ def cifar10_fit_args(dry: bool) -> dict:
 
 
 def ddp_fit_args(dry: bool) -> dict:
-    """A short compiled DDP fit on one device (NCCL on a GPU, gloo on the CPU)."""
+    """A short DDP fit on one device: NCCL and model.compile on a GPU, gloo (eager) in the dry run."""
     return {**FIT_COMMON, "model.variant": "micro", "model.patch_size": 4, "data.batch_size": 64,
             "trainer.max_epochs": 1, "trainer.limit_train_batches": 4 if dry else 40, "trainer.limit_val_batches": 2,
             "trainer.strategy": "ddp", "trainer.accelerator": "cpu" if dry else "gpu",

@@ -51,7 +51,7 @@ def profile_facts(name: str) -> ProfileFacts:
     )
 
 
-def write_jpegs(root: Path, images: int, classes: int = 4) -> float:
+def write_jpegs(root: Path, images: int, classes: int = 4, size: tuple[int, int] = JPEG_SIZE) -> float:
     """An imagefolder of ImageNet-sized JPEGs (smooth colour fields with noise) in root/{train,val}; mean KiB."""
     from PIL import Image
 
@@ -62,7 +62,7 @@ def write_jpegs(root: Path, images: int, classes: int = 4) -> float:
             folder.mkdir(parents=True, exist_ok=True)
             rng = np.random.default_rng(i)
             coarse = Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8))
-            smooth = np.asarray(coarse.resize(JPEG_SIZE, Image.BICUBIC), dtype=np.float32)
+            smooth = np.asarray(coarse.resize(size, Image.BICUBIC), dtype=np.float32)
             pixels = np.clip(smooth + rng.normal(0, 8, smooth.shape), 0, 255).astype(np.uint8)
             path = folder / f"{i}.jpg"
             Image.fromarray(pixels).save(path, quality=90)
