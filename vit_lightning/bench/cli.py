@@ -17,7 +17,7 @@ from vit_lightning.bench import loader, machine
 from vit_lightning.bench.models import candidates, ours, subjects, train_flops_per_image
 from vit_lightning.bench.report import render_text, targets
 from vit_lightning.bench.timing import (
-    PRECISIONS, Candidate, matmul_peak, output_error, paired_ratio, run_rounds, sync, train_step,
+    PRECISIONS, Candidate, matmul_peak, output_error, paired_ratio, run_round, sync, train_step,
 )
 from vit_lightning.model import VARIANTS, ViT
 
@@ -53,8 +53,8 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def measure_models(args, device: torch.device, modes: list[tuple[str, bool]]) -> list[dict]:
-    """Every subject in every mode, timed in alternating rounds; one row per candidate, ratios filled in later."""
+def measure_models(args, device: torch.device, modes: list[tuple[str, bool]], after_round) -> list[dict]:
+    """Every subject in every mode, timed in alternating rounds (`after_round()` after each); one row per candidate."""
     torch.manual_seed(0)
     subs = subjects(args.variant, args.img_size, args.patch_size, args.encodings, not args.no_timm)
     x = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
@@ -80,7 +80,9 @@ def measure_models(args, device: torch.device, modes: list[tuple[str, bool]]) ->
     # Mode by mode, so the candidates a ratio compares (ours and timm in one mode) run next to each other in time.
     order = sorted(range(len(cands)), key=lambda i: modes.index((cands[i].precision, cands[i].compiled)))
     rows, cands = [rows[i] for i in order], [cands[i] for i in order]
-    run_rounds(cands, x, y, args.rounds, args.steps)
+    for _ in range(args.rounds):
+        run_round(cands, x, y, args.steps)
+        after_round()
     for row, c in zip(rows, cands):
         row.update(step_s=c.step_s, first_step_s=c.first_step_s, match_error=c.match_error,
                    match_tolerance=MATCH_TOLERANCE[c.precision])
@@ -149,12 +151,14 @@ def profile_step(facts: loader.ProfileFacts, args, device: torch.device) -> floa
     y = torch.randint(0, facts.num_classes, (facts.batch_size,), device=device)
     for _ in range(max(1, args.warmup)):
         train_step(c, x, y)
-    run_rounds([c], x, y, 1, args.steps)
+    run_round([c], x, y, args.steps)
     return facts.batch_size / c.step_s[0]
 
 
 def peak_flops(device: torch.device, size: int) -> dict[str, float]:
-    return {"32": matmul_peak(device, torch.float32, size), "bf16": matmul_peak(device, torch.bfloat16, size)}
+    """One short sample of the fp32 and bf16 matmul rates."""
+    return {p: matmul_peak(device, dtype, size, min_s=0.1, repeats=2)
+            for p, dtype in (("32", torch.float32), ("bf16", torch.bfloat16))}
 
 
 def run(args) -> dict:
@@ -172,9 +176,10 @@ def run(args) -> dict:
                          "precisions": args.precision, "compile": args.compile, "compile_backend": args.compile_backend,
                          "encodings": args.encodings},
               "peak_size": size}
+    # Sampled before the models and after every round, the peak is the best sample: on a shared machine
+    # one busy moment would lower it.
     peaks = [peak_flops(device, size)]
-    rows = measure_models(args, device, modes)
-    peaks.append(peak_flops(device, size))  # again after the models: a busy moment must not lower the peak
+    rows = measure_models(args, device, modes, lambda: peaks.append(peak_flops(device, size)))
     report["peak_flop_per_s"] = {p: max(at[p] for at in peaks) for p in PRECISIONS}
     add_ratios(rows)
     for r in rows:

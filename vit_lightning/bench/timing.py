@@ -63,11 +63,10 @@ def time_steps(c: Candidate, x: torch.Tensor, y: torch.Tensor, steps: int) -> fl
     return (time.perf_counter() - start) / steps
 
 
-def run_rounds(cands: list[Candidate], x: torch.Tensor, y: torch.Tensor, rounds: int, steps: int) -> None:
-    """Time every candidate once per round, in turn, so drift in machine load hits all of them alike."""
-    for _ in range(rounds):
-        for c in cands:
-            c.step_s.append(time_steps(c, x, y, steps))
+def run_round(cands: list[Candidate], x: torch.Tensor, y: torch.Tensor, steps: int) -> None:
+    """Time every candidate once, in turn; rounds of these let drift in machine load hit all of them alike."""
+    for c in cands:
+        c.step_s.append(time_steps(c, x, y, steps))
 
 
 def paired_ratio(step_s: list[float], baseline_s: list[float]) -> float:
