@@ -18,7 +18,7 @@ COMMANDS = {
 
 def usage() -> str:
     lines = ["usage: vit-ablate COMMAND [options]", "", "commands:"]
-    lines += [f"  {name:<9} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += ["", "`vit-ablate COMMAND --help` shows a command's options."]
     return "\n".join(lines)
 
