@@ -80,8 +80,8 @@ def measure_models(args, device: torch.device, modes: list[tuple[str, bool]], af
     # Mode by mode, so the candidates a ratio compares (ours and timm in one mode) run next to each other in time.
     order = sorted(range(len(cands)), key=lambda i: modes.index((cands[i].precision, cands[i].compiled)))
     rows, cands = [rows[i] for i in order], [cands[i] for i in order]
-    for _ in range(args.rounds):
-        run_round(cands, x, y, args.steps)
+    for i in range(args.rounds):
+        run_round(cands if i % 2 == 0 else cands[::-1], x, y, args.steps)  # ABBA: no candidate always goes first
         after_round()
     for row, c in zip(rows, cands):
         row.update(step_s=c.step_s, first_step_s=c.first_step_s, match_error=c.match_error,
