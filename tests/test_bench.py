@@ -23,9 +23,13 @@ ARGS = ["bench", "--variant", "micro", "--img-size", "16", "--patch-size", "8", 
 @pytest.fixture(scope="module")
 def report():
     """One bench run, its --json output parsed, shared by the tests below."""
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert main(ARGS) == 0
+    out, threads = io.StringIO(), torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models gain nothing from threads, which stall on a busy machine
+    try:
+        with redirect_stdout(out):
+            assert main(ARGS) == 0
+    finally:
+        torch.set_num_threads(threads)
     return json.loads(out.getvalue())
 
 

@@ -37,3 +37,16 @@ def test_the_gpu_run_is_the_profiles_run():
 def test_without_a_gpu_it_says_so(tmp_path, capsys):
     assert main(["gpu-check", "--out", str(tmp_path / "r.md")]) == 2
     assert "--dry-run" in capsys.readouterr().err and not (tmp_path / "r.md").exists()
+
+
+def test_a_failed_step_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
+    def broken():
+        raise RuntimeError("no kernel image is available")
+
+    plan = [("first", lambda: ["fine"]), ("second", broken), ("third", lambda: ["also fine"])]
+    monkeypatch.setattr(gpu_check, "steps", lambda dry, tmp: plan)
+    out = tmp_path / "r.md"
+    assert main(["gpu-check", "--dry-run", "--out", str(out)]) == 1
+    text = out.read_text()
+    assert "**1 of 3 steps failed**" in text and "### second: FAILED" in text and "no kernel image" in text
+    assert "### first: passed" in text and "also fine" in text

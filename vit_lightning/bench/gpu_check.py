@@ -58,17 +58,20 @@ def ddp_fit_args(dry: bool) -> dict:
             "trainer.precision": "bf16-mixed", "model.compile": not dry, "run.profile": "ddp"}
 
 
-def fit(settings: dict, root: Path, timeout: int) -> dict:
+def fit(settings: dict, root: Path, timeout: int, dry: bool) -> dict:
     """Run `vit-ablate fit` in a fresh process, as a sweep trial does; its record, checked to be complete."""
     argv = [f"--{k}={json.dumps(v) if isinstance(v, (bool, list)) else v}" for k, v in settings.items()]
     package_root = str(Path(vit_lightning.__file__).resolve().parents[1])
     env = {**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    if dry:
+        env["OMP_NUM_THREADS"] = "1"  # tiny sizes gain nothing from threads, which stall on a busy CI machine
     command = [sys.executable, "-m", "vit_lightning.cli", "fit", *argv, f"--run.root={root}"]
     root.mkdir(parents=True)
     done = subprocess.run(command, cwd=root.parent, env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
-        raise RuntimeError(f"fit exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+        tail = "\n".join(done.stderr.strip().splitlines()[-20:])
+        raise RuntimeError(f"fit exited {done.returncode}; the end of its stderr:\n{tail}")
     [path] = root.glob("*/*/*/results.json")
     record = json.loads(path.read_text())
     history = record.get("history") or []
@@ -113,12 +116,12 @@ def steps(dry: bool, tmp: Path) -> list[tuple[str, Callable[[], list[str]]]]:
         return [render_markdown(run_bench([*base, "--precision", "bf16", "--encodings", "--no-timm", "--profiles"]))]
 
     def cifar10():
-        record = fit(cifar10_fit_args(dry), tmp / "cifar10" / "runs", timeout=300)
+        record = fit(cifar10_fit_args(dry), tmp / "cifar10" / "runs", timeout=300, dry=dry)
         check_loss_falls(record)
         return fit_summary(record)
 
     def ddp():
-        return fit_summary(fit(ddp_fit_args(dry), tmp / "ddp" / "runs", timeout=240))
+        return fit_summary(fit(ddp_fit_args(dry), tmp / "ddp" / "runs", timeout=240, dry=dry))
 
     return [("Bench: ours vs timm, bf16, eager and compiled; the GPU profiles' loaders", headline),
             ("Every position encoding and pooling, bf16 eager", encodings),
@@ -135,9 +138,21 @@ def main(argv: list[str]) -> int:
     if not args.dry_run and not torch.cuda.is_available():
         print("vit-ablate gpu-check: no CUDA device visible; run it on a GPU machine, or pass --dry-run", file=sys.stderr)
         return 2
+    threads = torch.get_num_threads()
+    if args.dry_run:
+        torch.set_num_threads(1)  # as for the dry run's fits
+    try:
+        return _check(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _check(args) -> int:
+    """Run every step, writing the report after each; 1 if a step failed."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     title = "dry run on the CPU" if args.dry_run else torch.cuda.get_device_name(0)
-    lines, failed, start = [f"## vit-ablate gpu-check{' --dry-run' if args.dry_run else ''}: {title}, {when}", ""], [], time.time()
+    heading = f"## vit-ablate gpu-check{' --dry-run' if args.dry_run else ''}: {title}, {when}"
+    lines, failed, start = [heading, ""], [], time.time()
     with tempfile.TemporaryDirectory() as tmp:
         plan = steps(args.dry_run, Path(tmp))
         for name, step in plan:
@@ -146,9 +161,12 @@ def main(argv: list[str]) -> int:
             try:
                 body, verdict = step(), "passed"
             except Exception as error:  # one failed step must not hide the others
-                body, verdict = [f"    {line}" for line in traceback.format_exception_only(error)], "FAILED"
+                trace = "".join(traceback.format_exception(error)).splitlines()[-30:]
+                body, verdict = [f"    {line}" for line in trace], "FAILED"
                 failed.append(name)
             lines += [f"### {name}: {verdict} ({time.time() - began:.0f} s)", "", *body, ""]
+            print(f"gpu-check: {name}: {verdict}", flush=True)
+            Path(args.out).write_text("\n".join(lines))  # so far: a run stopped by a time limit still reports
     summary = f"**{len(failed)} of {len(plan)} steps failed**" if failed else "all steps passed"
     lines.insert(2, f"{summary}; {time.time() - start:.0f} s in all.\n")
     Path(args.out).write_text("\n".join(lines))
