@@ -58,7 +58,7 @@ def test_every_variant_compiles_as_one_graph(options):
                     reason=f"torch.compile cannot run here: {compile_unavailable(torch.device('cpu'))}")
 def test_fit_with_model_compile_matches_eager(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    losses = {}
+    losses, names = {}, set()
     for flag in ("false", "true"):
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         argv = [*TINY, f"--model.compile={flag}", f"--run.root={tmp_path / flag}"]
@@ -68,7 +68,9 @@ def test_fit_with_model_compile_matches_eager(tmp_path, monkeypatch):
         compiled_graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
         assert (compiled_graphs > 0) is (flag == "true")  # inductor really compiled the model, and only when asked
         losses[flag] = (record["history"][0]["train/loss"], record["metrics"]["val/loss"])
+        names.add(record["name"])
     assert losses["true"] == pytest.approx(losses["false"], rel=1e-4)
+    assert len(names) == 1  # compiling is not part of a run's identity: a run may resume with it toggled
 
 
 @pytest.mark.parametrize("options", VARIANTS.values(), ids=VARIANTS.keys())

@@ -19,8 +19,9 @@ from vit_lightning.bookkeeping import now, write_atomic
 
 SCHEMA = 1
 RECORD = "results.json"
-# Keys that do not change what is trained: bookkeeping (already in the path) and display switches.
-NOT_IDENTITY = ("run.", "trainer.enable_progress_bar", "trainer.enable_model_summary")
+# Keys that do not change what is trained: bookkeeping (already in the path), display switches, and
+# compilation (the same model, computed faster: a run may resume with it toggled).
+NOT_IDENTITY = ("run.", "trainer.enable_progress_bar", "trainer.enable_model_summary", "model.compile")
 HISTORY_KEYS = ("val/acc", "val/acc5", "val/loss", "train/loss", "train/acc")
 
 
