@@ -1,14 +1,152 @@
-"""`vit-ablate bench` runs end to end and reports every candidate against the baseline."""
+"""`vit-ablate bench`: the JSON report's numbers follow from its measured times, FLOP counts and formulas."""
 
+import io
+import json
+import math
+import statistics
+from contextlib import redirect_stdout
+
+import pytest
+import torch
+
+from vit_lightning.bench import loader, machine
+from vit_lightning.bench.report import render_markdown, render_text
+from vit_lightning.bench.timing import output_error, paired_ratio
 from vit_lightning.cli import main
-from vit_lightning.model import ENCODINGS
+from vit_lightning.model import ENCODINGS, POOLINGS
+
+ARGS = ["bench", "--variant", "micro", "--img-size", "16", "--patch-size", "8", "--batch-size", "2", "--steps", "1",
+        "--rounds", "3", "--warmup", "1", "--precision", "32", "bf16", "--encodings", "--profiles", "demo", "cifar10",
+        "--data-images", "64", "--peak-size", "128", "--json"]
 
 
-def test_bench_prints_a_ratio_per_candidate(capsys):
-    args = ["bench", "--variant", "micro", "--img-size", "16", "--patch-size", "4", "--batch-size", "2",
-            "--steps", "1", "--rounds", "1", "--encodings"]
+@pytest.fixture(scope="module")
+def report():
+    """One bench run, its --json output parsed, shared by the tests below."""
+    out, threads = io.StringIO(), torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models gain nothing from threads, which stall on a busy machine
+    try:
+        with redirect_stdout(out):
+            assert main(ARGS) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return json.loads(out.getvalue())
+
+
+def micro_train_flops() -> float:
+    """Forward and backward FLOPs of the micro ViT at 16 px / patch 8 with a [class] token, counted by hand."""
+    n, t, d, mlp, depth, classes = 4, 5, 64, 256, 4, 1000
+    block = t * d * 3 * d + t * d * d + 2 * t * d * mlp + 2 * t * t * d  # qkv, proj, MLP, QK^T and AV
+    patch = n * 3 * 8 * 8 * d
+    forward = depth * block + patch + d * classes  # multiply-adds
+    return 2 * (3 * forward - patch)  # backward: 2x forward, but no gradient for the input images
+
+
+def test_every_model_in_every_mode_with_its_measurements(report):
+    names = {r["name"] for r in report["models"]}
+    assert names == {"timm", *(f"ours {p}/cls" for p in ENCODINGS), *(f"ours learned_1d/{p}" for p in POOLINGS)}
+    assert len(report["models"]) == 2 * len(names)  # fp32 and bf16, eager
+    for r in report["models"]:
+        assert len(r["step_s"]) == 3 and all(s > 0 for s in r["step_s"])
+        assert r["images_per_s"] == pytest.approx(2 / statistics.median(r["step_s"]))
+        assert r["flop_per_s"] == pytest.approx(r["images_per_s"] * r["train_flop_per_image"])
+        assert r["peak_fraction"] == pytest.approx(r["flop_per_s"] / report["peak_flop_per_s"][r["precision"]])
+        assert r["match_error"] <= r["match_tolerance"]
+    for name in ("ours learned_1d/cls", "timm"):
+        rows = [r for r in report["models"] if r["name"] == name]
+        assert all(r["train_flop_per_image"] == micro_train_flops() for r in rows)
+        assert all(r["match_error"] < 1e-5 for r in rows if r["mode"] == "fp32")
+        assert all(r["match_error"] > 1e-4 for r in rows if r["mode"] == "bf16")  # bf16 really ran
+    assert report["peak_flop_per_s"]["32"] > 0 and report["peak_flop_per_s"]["bf16"] > 0
+
+
+def test_ratios_are_paired_over_rounds(report):
+    rows = {(r["name"], r["mode"]): r for r in report["models"]}
+
+    def ratio(row, base):
+        return statistics.median(b / s for s, b in zip(row["step_s"], base["step_s"]))
+
+    for (name, mode), r in rows.items():
+        if name != "timm":
+            assert r["vs_timm"] == pytest.approx(ratio(r, rows["timm", mode]))
+        if name not in ("timm", "ours none/cls"):
+            assert r["vs_none"] == pytest.approx(ratio(r, rows["ours none/cls", mode]))
+        if mode == "bf16":
+            assert r["vs_fp32"] == pytest.approx(ratio(r, rows[name, "fp32"]))
+    assert rows["timm", "fp32"]["vs_timm"] is None and rows["ours none/cls", "bf16"]["vs_none"] is None
+
+
+def test_paired_ratio_cancels_drift_that_hits_both():
+    load = [1.0, 2.0, 4.0]  # the machine slows down round by round
+    assert paired_ratio([0.5 * f for f in load], [0.6 * f for f in load]) == pytest.approx(1.2)
+    assert paired_ratio([1.0, 1.0, 1.0], [2.0, 3.0, 9.0]) == 3.0  # the median, not the mean
+
+
+def test_targets_follow_from_rows(report):
+    rows = {(r["name"], r["mode"]): r for r in report["models"]}
+    targets = {t["target"]: t for t in report["targets"]}
+    for enc in ("none", "learned_1d", "learned_2d", "sincos_2d"):
+        t = targets[f"fp32 throughput ours {enc}/cls / timm"]
+        assert t["value"] == rows[f"ours {enc}/cls", "fp32"]["vs_timm"] and t["met"] is (t["value"] >= 1.0)
+    for enc in ("relative_1d", "relative_bias_2d"):
+        t = targets[f"fp32 step time ours {enc}/cls / none"]
+        assert t["value"] == pytest.approx(1 / rows[f"ours {enc}/cls", "fp32"]["vs_none"])
+        assert t["met"] is (t["value"] <= 1.3)
+    t = targets["bf16 / fp32 throughput, ours learned_1d/cls"]
+    assert t["value"] == rows["ours learned_1d/cls", "bf16"]["vs_fp32"] and machine.bf16_matmul(torch.device("cpu")) in t["note"]
+
+
+def test_data_path_workers_from_rates(report):
+    demo, cifar = (next(d for d in report["data"] if d["profile"] == p) for p in ("demo", "cifar10"))
+    assert demo["workers_needed"] == math.ceil(demo["step_images_per_s"] / demo["per_worker_images_per_s"])
+    assert demo["workers_configured"] == 0 and demo["model"] == "micro/7 28px" and demo["precision"] == "32"
+    # A GPU profile's step is not measured on a CPU; its loader is.
+    assert cifar["step_images_per_s"] is None and cifar["per_worker_images_per_s"] > 0
+    assert (cifar["dataset"], cifar["workers_configured"], cifar["batch_size"]) == ("synthetic", 8, 256)
+
+
+def test_report_renders_every_row(report):
+    text, markdown = render_text(report), render_markdown(report)
+    for r in report["models"]:
+        assert any(line.startswith(r["name"]) and r["mode"] in line for line in text.splitlines())
+    assert markdown.count("\n| ours ") + markdown.count("\n| timm ") == len(report["models"])
+    assert "targets:" in text and report["machine"]["cpu"] in text
+
+
+def test_workers_needed_and_the_warning():
+    assert loader.workers_needed(1000, 300) == 4 and loader.workers_needed(900, 300) == 3
+    assert loader.workers_needed(10, 300) == 1
+    facts = loader.profile_facts("cifar10")
+    assert facts.num_workers == 8
+    assert loader.feed_warning(facts, per_worker=1000, step=8000, cores=32) is None
+    short = loader.feed_warning(facts, per_worker=1000, step=8001, cores=32)
+    assert "cannot keep up" in short and "--data.num_workers=9" in short
+    assert "16 cores" in loader.feed_warning(facts, per_worker=1000, step=20_000, cores=16)
+    demo = loader.profile_facts("demo")  # no workers: loading adds to each step
+    assert loader.feed_warning(demo, per_worker=10_000, step=1000, cores=2) is None
+    assert "adds 50%" in loader.feed_warning(demo, per_worker=2000, step=1000, cores=2)
+
+
+def test_output_error_is_in_units_of_the_reference_rms():
+    ref = torch.tensor([[3.0, -4.0], [0.0, 0.0]])  # RMS 2.5
+    assert output_error(ref + torch.tensor([[0.0, 0.5], [0.0, 0.0]]), ref) == pytest.approx(0.2)
+
+
+def test_compile_without_a_compiler_is_reported_not_run(monkeypatch, capsys):
+    monkeypatch.setattr(machine.shutil, "which", lambda name: None)
+    reason = machine.compile_unavailable(torch.device("cpu"))
+    assert "C++ compiler" in reason
+    args = ["bench", "--variant", "micro", "--img-size", "16", "--patch-size", "8", "--batch-size", "2", "--steps", "1",
+            "--rounds", "1", "--warmup", "1", "--peak-size", "128", "--no-timm", "--profiles", "--compile", "--json"]
     assert main(args) == 0
-    out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith(("ours", "timm"))]
-    assert len(rows) == len(ENCODINGS) + 2  # every encoding, gap pooling, and timm
-    assert "timm VisionTransformer" in out and "relative_bias_2d" in out
+    out = json.loads(capsys.readouterr().out)
+    assert out["compile_unavailable"] == reason and not any(r["compiled"] for r in out["models"])
+    assert any("torch.compile not measured" in w for w in out["warnings"])
+
+
+@pytest.mark.parametrize("extra,mentions", [(["--img-size", "30", "--patch-size", "8"], "valid patch sizes"),
+                                            (["--rounds", "0"], "--rounds must be a positive integer")])
+def test_bad_arguments_fail_in_one_line_before_measuring(extra, mentions, capsys):
+    assert main(["bench", "--variant", "micro", *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and mentions in captured.err and captured.err.count("\n") == 1

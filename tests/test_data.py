@@ -347,6 +347,25 @@ def test_imagefolder_missing_or_mismatched(tmp_path):
     assert "'b'" in one_line_error(err)
 
 
+# ---------------------------------------------------------------- synthetic
+
+
+def test_synthetic_is_cifar_shaped_fixed_and_learnable():
+    dm = ViTDataModule("synthetic", root="nowhere")  # needs no files
+    assert (dm.num_classes, dm.in_chans, dm.img_size, dm.flip, dm.random_crop) == (10, 3, 32, True, True)
+    dm.setup()
+    again = ViTDataModule("synthetic")
+    again.setup()
+    assert torch.equal(dm.train_set.images, again.train_set.images) and dm.train_set.images.dtype == torch.uint8
+    assert (len(dm.train_set), len(dm.val_set)) == (8000, 2000)
+    assert torch.bincount(dm.val_set.labels, minlength=10).tolist() == [200] * 10
+    # Nearest class mean of the training images classifies the validation images: the classes are learnable.
+    xt, yt = dm.train_set.images.float().flatten(1), dm.train_set.labels
+    means = torch.stack([xt[yt == c].mean(0) for c in range(10)])  # (10, 3072)
+    guess = torch.cdist(dm.val_set.images.float().flatten(1), means).argmin(1)
+    assert (guess == dm.val_set.labels).float().mean() > 0.9
+
+
 # ---------------------------------------------------------------- bad options
 
 
@@ -355,7 +374,7 @@ def test_unknown_name_lists_valid_names():
         ViTDataModule("imagenet21k")
     msg = one_line_error(err)
     assert "imagenet21k" in msg and all(n in msg for n in DATASETS)
-    assert DATASETS == ("mnist5k", "cifar10", "cifar100", "imagefolder")
+    assert DATASETS == ("mnist5k", "cifar10", "cifar100", "imagefolder", "synthetic")
 
 
 @pytest.mark.parametrize("kw", [{"val_split": 0.0}, {"val_split": 1.0}, {"batch_size": 0}, {"mixup_alpha": -1.0}])

@@ -13,13 +13,14 @@ COMMANDS = {
     "table": ("vit_lightning.results.cli:main", "regenerate an ablation's tables and plots from run records"),
     "viz": ("vit_lightning.viz.cli:main", "the paper's analysis figures (attention, position embeddings) of a run"),
     "fewshot": ("vit_lightning.fewshot:main", "few-shot linear accuracy of a finished run, into its record"),
-    "bench": ("vit_lightning.bench:main", "throughput of our backbone vs timm on the same config"),
+    "bench": ("vit_lightning.bench.cli:main", "training step vs timm and the matmul peak; loader throughput"),
+    "gpu-check": ("vit_lightning.bench.gpu_check:main", "one short run that proves a GPU machine (--dry-run: CPU)"),
 }
 
 
 def usage() -> str:
     lines = ["usage: vit-ablate COMMAND [options]", "", "commands:"]
-    lines += [f"  {name:<9} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += ["", "`vit-ablate COMMAND --help` shows a command's options."]
     return "\n".join(lines)
 

@@ -28,6 +28,7 @@ class ViTClassifier(pl.LightningModule):
         warmup_epochs: float = 1.0,
         schedule: str = "cosine",
         label_smoothing: float = 0.0,
+        compile: bool = False,
         **backbone,
     ):
         """The optimizer's options; `backbone` takes ViTConfig's (variant, patch_size, pos_encoding, ...).
@@ -43,6 +44,7 @@ class ViTClassifier(pl.LightningModule):
             warmup_epochs: epochs (fractions allowed) of linear warm-up, counted in optimizer steps.
             schedule: decay after warm-up, per optimizer step: cosine, linear or constant.
             label_smoothing: cross-entropy label smoothing (also applied to mixup/cutmix soft targets).
+            compile: torch.compile the ViT (in place: parameter names and checkpoints stay the same).
         """
         super().__init__()
         check_choice("model.optimizer", optimizer, OPTIMIZERS)
@@ -62,6 +64,11 @@ class ViTClassifier(pl.LightningModule):
         self.val_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_acc5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro")
         self._loss_sums: dict[str, torch.Tensor] = {}  # stage -> (sum of loss x batch size, samples) this epoch
+
+    def configure_model(self) -> None:
+        """Compile once, when the trainer sets the model up (before DDP wraps it)."""
+        if self.hparams.compile and getattr(self.model, "_compiled_call_impl", None) is None:
+            self.model.compile()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)  # (B, C, H, W) -> (B, num_classes)

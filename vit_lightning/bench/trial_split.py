@@ -2,7 +2,7 @@
 checkpointing, logging; and a plain PyTorch loop doing the same epoch, for comparison.
 
 Run (one thread, as a sweep trial runs):
-    OMP_NUM_THREADS=1 python benchmarks/trial_split.py [--epochs 12] [--plain-epochs 3] [extra fit options]
+    OMP_NUM_THREADS=1 python -m vit_lightning.bench.trial_split [--epochs 9] [--plain-epochs 3] [extra fit options]
 
 Every part is timed around the function that does it, inside one `vit-ablate fit` run of the demo
 profile, in CPU seconds of this process (time.process_time; one thread): on a shared machine other

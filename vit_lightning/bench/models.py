@@ -1,0 +1,95 @@
+"""The models the bench compares (ours with every encoding and pooling, timm's ViT) and their training FLOPs."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from vit_lightning.bench.timing import Candidate
+from vit_lightning.model import POOLINGS, POS_ENCODINGS, VARIANTS, ViT
+
+NUM_CLASSES = 1000
+ABSOLUTE = ("none", "learned_1d", "learned_2d", "sincos_2d")  # added to the tokens; the rest bias attention
+
+
+@dataclass
+class Subject:
+    """A model at the bench's sizes and what it is: ours (with its encoding and pooling) or timm."""
+
+    name: str
+    kind: str  # "ours" | "timm"
+    pos_encoding: str
+    pooling: str
+    model: nn.Module
+
+
+def ours(variant: str, img_size: int, patch_size: int, pos_encoding: str = "learned_1d", pooling: str = "cls",
+         in_chans: int = 3, num_classes: int = NUM_CLASSES) -> Subject:
+    model = ViT(variant, img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
+                pos_encoding=pos_encoding, pooling=pooling)
+    return Subject(f"ours {pos_encoding}/{pooling}", "ours", pos_encoding, pooling, _visible_head(model))
+
+
+def timm_vit(variant: str, img_size: int, patch_size: int) -> Subject | None:
+    """timm's VisionTransformer at the same sizes (learned 1-D table, [class] token), or None without timm."""
+    try:
+        from timm.models.vision_transformer import VisionTransformer
+    except ImportError:
+        return None
+    depth, width, mlp_dim, heads = VARIANTS[variant]
+    model = VisionTransformer(img_size=img_size, patch_size=patch_size, num_classes=NUM_CLASSES, embed_dim=width,
+                              depth=depth, num_heads=heads, mlp_ratio=mlp_dim / width)
+    return Subject("timm", "timm", "learned_1d", "cls", _visible_head(model))
+
+
+def subjects(variant: str, img_size: int, patch_size: int, encodings: bool, with_timm: bool) -> list[Subject]:
+    """ours learned_1d/cls, timm, then (with `encodings`) every other encoding with cls and every other pooling."""
+    out = [ours(variant, img_size, patch_size)]
+    if with_timm:
+        reference = timm_vit(variant, img_size, patch_size)
+        if reference is None:
+            print("timm is not installed: `pip install timm` to compare against it")
+        else:
+            out.append(reference)
+    if encodings:
+        out += [ours(variant, img_size, patch_size, enc) for enc in POS_ENCODINGS if enc != "learned_1d"]
+        out += [ours(variant, img_size, patch_size, pooling=p) for p in POOLINGS if p != "cls"]
+    return out
+
+
+def _visible_head(model: nn.Module) -> nn.Module:
+    """Random head weights: the zero-initialised head would give all-zero logits and hide any mismatch of modes."""
+    gen = torch.Generator().manual_seed(0)
+    for module in model.head.modules():
+        if isinstance(module, nn.Linear):
+            with torch.no_grad():
+                module.weight.copy_(torch.randn(module.weight.shape, generator=gen) * module.in_features**-0.5)
+    return model
+
+
+def candidates(subject: Subject, modes: list[tuple[str, bool]], device: torch.device,
+               backend: str = "inductor") -> list[Candidate]:
+    """One copy of the subject per (precision, compiled) mode, on the device, all with the same weights."""
+    out = []
+    for precision, compiled in modes:
+        model = copy.deepcopy(subject.model).to(device).train()
+        if compiled:
+            model.compile(backend=backend)
+        out.append(Candidate(subject.name, model, precision, compiled))
+    return out
+
+
+def train_flops_per_image(model: nn.Module, in_chans: int, img_size: int, device: torch.device) -> float:
+    """FLOPs of one image's forward and backward (a multiply-add is 2 FLOPs, as in matmul peaks), attention included."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = copy.deepcopy(model).to(device).train()
+    x = torch.randn(1, in_chans, img_size, img_size, device=device)
+    # The math attention kernel is made of matmuls the counter sees (fused kernels are not counted).
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
+        model(x).float().sum().backward()
+    return float(counter.get_total_flops())
