@@ -20,6 +20,8 @@ import tempfile
 import time
 from collections import defaultdict
 
+from vit_lightning.defaults import DEMO
+
 CLOCK = time.process_time
 SECONDS: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
@@ -134,7 +136,7 @@ def plain_epochs(epochs: int, fused: bool) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--epochs", type=int, default=DEMO["trainer.max_epochs"])
     parser.add_argument("--plain-epochs", type=int, default=3)
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     args, extra = parser.parse_known_args()
