@@ -215,7 +215,7 @@ def test_pos_encoding_table(tmp_path):
         tested["learned_1d/stem"], base)), f"{fmt_p(vs_none['learned_1d/stem'])} (higher)", "best"]
     assert md_cells(tests, "sincos_2d")[3:9] == ["+0.0900", "-", "-", "-0.2100", "-", "-"]  # n=1: no test
     higher = sum(p < 0.05 for p in vs_none.values())
-    assert f"every other cell beats none/stem by more than seed noise (the paper's claim): " in md
+    assert "every other cell beats none/stem by more than seed noise (the paper's claim): " in md
     assert f"{higher} of 5 cells with runs do (1 designed cells have no finished run)" in md
     assert "no test for sincos_2d/stem (fewer than 2 finished runs)" in md
     below = [k for k, p in vs_best.items() if p < 0.05]

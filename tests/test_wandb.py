@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ import yaml
 pytest.importorskip("wandb")
 
 import wandb_agent  # noqa: E402  (tests/wandb_agent.py)
+
 from vit_lightning.identity import flatten, normalize, run_name, same, world_size  # noqa: E402
 from vit_lightning.results import cli as table_cli  # noqa: E402
 from vit_lightning.sweep import cli, trials, wandb_backend, yamls  # noqa: E402

@@ -28,8 +28,8 @@ from vit_lightning.bookkeeping import FINAL, RUN_DEFAULTS
 from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed
 from vit_lightning.data import ViTDataModule
 from vit_lightning.defaults import DEMO
-from vit_lightning.module import ViTClassifier
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, run_name, world_size
+from vit_lightning.module import ViTClassifier
 from vit_lightning.record import RECORD, RunRecord, model_facts, read_record
 
 # Every fit's trainer defaults; with no options `fit` trains the demo (defaults.DEMO). GPU users add

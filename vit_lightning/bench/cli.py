@@ -17,7 +17,14 @@ from vit_lightning.bench import loader, machine
 from vit_lightning.bench.models import candidates, ours, subjects, train_flops_per_image
 from vit_lightning.bench.report import render_text, targets
 from vit_lightning.bench.timing import (
-    PRECISIONS, Candidate, matmul_peak, output_error, paired_ratio, run_round, sync, train_step,
+    PRECISIONS,
+    Candidate,
+    matmul_peak,
+    output_error,
+    paired_ratio,
+    run_round,
+    sync,
+    train_step,
 )
 from vit_lightning.model import VARIANTS, ViT
 

@@ -56,7 +56,7 @@ def timed(owner, name: str, key, group: str | None = None) -> None:
 
 
 MODE = {True: " (train)", False: " (eval)"}
-DEMO = ["--data.batch_size=32", "--data.name=mnist5k", "--data.random_crop=False", "--model.lr=0.002",
+ARGV = ["--data.batch_size=32", "--data.name=mnist5k", "--data.random_crop=False", "--model.lr=0.002",
         "--model.patch_size=7", "--model.pos_encoding=learned_1d", "--model.pos_injection=stem", "--model.variant=micro",
         "--model.warmup_epochs=1", "--run.ablation=split", "--run.profile=demo", "--seed_everything=0",
         "--trainer.accelerator=cpu", "--trainer.devices=1", "--run.wandb=off"]
@@ -65,12 +65,11 @@ DEMO = ["--data.batch_size=32", "--data.name=mnist5k", "--data.random_crop=False
 def instrument() -> None:
     """Time the parts of a fit that are not the training step itself."""
     import lightning.pytorch as pl
-    import torch
     import torchmetrics
-    from torchmetrics.classification.stat_scores import MulticlassStatScores
     from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
     from lightning.pytorch.plugins.precision.precision import Precision
+    from torchmetrics.classification.stat_scores import MulticlassStatScores
 
     from vit_lightning import data, module, record, train
     from vit_lightning.model import vit
@@ -149,7 +148,7 @@ def main() -> int:
     instrument()
     with tempfile.TemporaryDirectory() as root:
         fit_start = CLOCK()
-        train.main([*DEMO, f"--trainer.max_epochs={args.epochs}", f"--run.root={root}", *extra])
+        train.main([*ARGV, f"--trainer.max_epochs={args.epochs}", f"--run.root={root}", *extra])
         trial = CLOCK() - fit_start + imports
     report(imports, trial, args.epochs)
     lightning_epoch = SECONDS["epochs (train + validation)"] / args.epochs

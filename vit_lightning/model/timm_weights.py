@@ -200,7 +200,8 @@ def _translate(model, timm_model: nn.Module, norm: str) -> dict[str, torch.Tenso
         if key.endswith(".bias") and key[: -len("bias")] + "weight" in ours:
             ours[key] = torch.zeros_like(expected[key])  # a timm layer without a bias (qkv_bias=False) = a zero bias
     missing = sorted(set(expected) - set(ours))
-    wrong = [f"{k} {tuple(v.shape)} vs {tuple(expected[k].shape)}" for k, v in ours.items() if k in expected and v.shape != expected[k].shape]
+    wrong = [f"{k} {tuple(v.shape)} vs {tuple(expected[k].shape)}"
+             for k, v in ours.items() if k in expected and v.shape != expected[k].shape]
     if missing or wrong:
         raise ValueError(f"timm weights do not fit this ViT: missing {missing[:5]}, shape mismatch {wrong[:3]}")
     return ours

@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 
 from vit_lightning.identity import plain, same
-from vit_lightning.results.store import record_time
 from vit_lightning.results.stats import summarize
+from vit_lightning.results.store import record_time
 
 SEED = "seed_everything"
 COMPUTE = ("params", "gflops_per_image", "train_images_per_s", "wall_s")

@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pandas as pd
 
 from vit_lightning.results import plots
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.results.render import Report, Table
-from vit_lightning.results.shapes import (BEST_CAVEAT, BEST_REF, TESTS, Data, Family, cell_name, comparison_table,
-                                          comparison_text, fmt_acc, fmt_value, grid_table, join, label, listing,
-                                          outcomes, report, shortfall, value_key)
+from vit_lightning.results.shapes import (
+    BEST_CAVEAT,
+    BEST_REF,
+    TESTS,
+    Data,
+    Family,
+    cell_name,
+    comparison_table,
+    comparison_text,
+    fmt_acc,
+    fmt_value,
+    grid_table,
+    join,
+    label,
+    listing,
+    outcomes,
+    report,
+    shortfall,
+    value_key,
+)
 from vit_lightning.results.stats import compare, fmt_p
 
 
@@ -137,7 +154,7 @@ def build_compute(data: Data) -> Report:
 
 def build_lr_sweep(data: Data) -> Report:
     """Accuracy per learning rate per set-up; each set-up at its own best lr, with a fitted optimum and interval."""
-    ab, lr = data.ablation, data.ablation.cols
+    lr = data.ablation.cols
     setup = [k for k in data.profile.axes if k != lr]
     cells = data.cells.assign(row=data.cells[lr].map(fmt_value), col=[cell_name(c, setup) for _, c in
                                                                        data.cells.iterrows()])

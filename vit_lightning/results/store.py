@@ -6,9 +6,10 @@ import json
 import math
 import sys
 from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from vit_lightning.bookkeeping import FINAL, RECORD, write_atomic
 from vit_lightning.identity import flatten, number, plain

@@ -10,9 +10,9 @@ import pandas as pd
 from vit_lightning.bookkeeping import write_atomic
 from vit_lightning.results.frame import cell_frame, runs_frame
 from vit_lightning.results.layouts import BUILDERS
-from vit_lightning.results.store import load_records
 from vit_lightning.results.render import to_latex, to_markdown
 from vit_lightning.results.shapes import Data
+from vit_lightning.results.store import load_records
 
 
 def build(ablation: Any, profile: Any, out: Path) -> list[Path]:

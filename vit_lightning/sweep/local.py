@@ -16,8 +16,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from vit_lightning.bookkeeping import FINAL, now, write_atomic
 from vit_lightning.sweep.supervise import Supervisor

@@ -14,8 +14,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 GRACE_S = 60.0  # after forwarding a stop signal, wait this long before killing
 

@@ -60,7 +60,7 @@ def command_line(config: dict, params: dict[str, Any]) -> list[str]:
         chunk = re.sub(r"\$\{envvar:([A-Z0-9_]*)\}", lambda m: os.environ.get(m.group(1), m.group(1)), chunk)
         if chunk.startswith("${") and chunk.endswith("}"):
             if chunk[2:-1] not in macros:
-                supported = ", ".join("${%s}" % m for m in macros)
+                supported = ", ".join("${" + m + "}" for m in macros)
                 raise ValueError(f"command macro {chunk} is not supported; use {supported}")
             out += macros[chunk[2:-1]]
         else:

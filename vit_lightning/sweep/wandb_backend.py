@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from vit_lightning.bookkeeping import wandb_credentials
 from vit_lightning.identity import normalize

@@ -15,7 +15,13 @@ from vit_lightning.model.stems import PatchStem
 from vit_lightning.record import one_line, read_record
 from vit_lightning.viz import analysis
 from vit_lightning.viz.figures import (
-    Panel, components_figure, distance_figure, panels_figure, rollout_figure, similarity_mosaic, write_csv,
+    Panel,
+    components_figure,
+    distance_figure,
+    panels_figure,
+    rollout_figure,
+    similarity_mosaic,
+    write_csv,
     write_note,
 )
 
