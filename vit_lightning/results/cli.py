@@ -24,6 +24,8 @@ def parser() -> argparse.ArgumentParser:
                         "W&B copy")
     p.add_argument("--metric", default=None,
                    help="record metric to tabulate instead of the ablation's own, e.g. val/fewshot5 (the paper's)")
+    p.add_argument("--no-figures", action="store_true",
+                   help="skip the analysis figures (vit-ablate viz of one run per variant, from RUNS' checkpoints)")
     return p
 
 
@@ -58,5 +60,13 @@ def main(argv: list[str] | None = None) -> int:
               + (f", {sum(skipped.values())} skipped ({why})" if skipped else ""), file=sys.stderr)
     for path in build(ab, ab.profiles[args.profile], out):
         print(path)
+    if not args.no_figures:
+        from vit_lightning.viz import write_ablation_figures
+
+        paths, notes = write_ablation_figures(ab, args.profile, Path(args.runs), out)
+        for path in paths:
+            print(path)
+        for note in notes:
+            print(f"vit-ablate table: {note}", file=sys.stderr)
     print(f"{len(new)} new or updated record(s) in {out / 'records'}", file=sys.stderr)
     return 0
