@@ -1,14 +1,16 @@
-"""Callbacks of `vit-ablate fit`: divergence stop, per-epoch reseeding, plain progress lines, config to the loggers."""
+"""Callbacks of `vit-ablate fit`: divergence stop, stop signals, per-epoch reseeding, progress lines, config to loggers."""
 
 from __future__ import annotations
 
 import random
+import signal
 import time
 from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 
@@ -44,6 +46,25 @@ class DivergenceStop(pl.Callback):
             if trainer.is_global_zero:
                 print(f"non-finite loss at step {trainer.global_step}: stopping; the run is recorded as diverged",
                       flush=True)
+
+
+def stop_signal(exception: BaseException) -> int | None:
+    """The signal an exception out of fit stands for: SIGTERM (Lightning's SIGTERMException), SIGINT (Ctrl-C)."""
+    if isinstance(exception, SIGTERMException):
+        return signal.SIGTERM
+    if isinstance(exception, KeyboardInterrupt):
+        return signal.SIGINT
+    return None
+
+
+class StopSignal(pl.Callback):
+    """Remembers the signal that stopped fit (Lightning turns Ctrl-C into a plain exit), for fit's exit code."""
+
+    def __init__(self):
+        self.signum: int | None = None
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.signum = self.signum or stop_signal(exception)
 
 
 class ConfigToLoggers(pl.Callback):

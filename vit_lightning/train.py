@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import csv
+import errno
 import logging
 import os
+import signal
 import subprocess
 import sys
 import warnings
 from argparse import ArgumentError
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,14 +24,15 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import Logger, WandbLogger
 
-from vit_lightning import fewshot
-from vit_lightning.bookkeeping import FINAL, RUN_DEFAULTS, wandb_credentials
-from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed
+from vit_lightning import fewshot, runlock
+from vit_lightning.bookkeeping import FINAL, RECORD, RUN_DEFAULTS, describe, wandb_credentials
+from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
 from vit_lightning.data import ViTDataModule
 from vit_lightning.defaults import DEMO
 from vit_lightning.module import ViTClassifier
 from vit_lightning.identity import flatten, normalize, run_dir
-from vit_lightning.record import RECORD, RunRecord, model_facts, read_record
+from vit_lightning.record import RunRecord, model_facts, read_record
+from vit_lightning.recovery import drop_corrupt_checkpoint, drop_corrupt_record, use_atomic_checkpoints
 
 # Every fit's trainer defaults; with no options `fit` trains the demo (defaults.DEMO). GPU users add
 # --trainer.precision=bf16-mixed (and --trainer.deterministic=true for bitwise repeats); CPU kernels
@@ -36,6 +40,9 @@ from vit_lightning.record import RECORD, RunRecord, model_facts, read_record
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0, "log_every_n_steps": 10}
 LINKED = ("num_classes", "in_chans", "img_size")  # data -> model, at instantiation
 WANDB_MODES = ("auto", "online", "offline", "off")
+DDP_TIMEOUT_S = 600.0  # a rank that stops answering fails the run after this long (torch's own default: 30 min)
+# errors of the disk, not of the run: reported in one line, and the same command resumes once they are fixed
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 class FitCLI(LightningCLI):
@@ -66,6 +73,8 @@ class FitCLI(LightningCLI):
                             help="k of the few-shot linear evaluation at the end of fit ([]: none).")
         parser.add_argument("--run.fewshot_every", type=int, default=0,
                             help="Also evaluate few-shot every N epochs (0: only at the end).")
+        parser.add_argument("--run.ddp_timeout_s", type=float, default=DDP_TIMEOUT_S,
+                            help="Seconds a DDP collective waits for a silent rank before the run fails.")
         # The demo's settings, typed as if given on the command line (its warmup_epochs 1 is the float 1.0).
         demo = parser.parse_object(Namespace(DEMO))
         parser.set_defaults({key: demo[key] for key in DEMO})
@@ -80,10 +89,13 @@ class FitCLI(LightningCLI):
         # normalised once (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2): the name, record and loggers agree
         config = normalize(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
+        if error := settings_error(config):
+            raise ValueError(error)
         self.run_dir = directory = run_dir(config)
         shots = config["run.fewshot_shots"]
         facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
-        divergence = DivergenceStop()
+        divergence, self.stop = DivergenceStop(), StopSignal()
+        self.run_record = RunRecord(directory, config, facts, divergence)
         tty = sys.stdout.isatty()
         trainer_config = self.config_init.get("trainer") or Namespace()
         given = trainer_config.get("callbacks") or []
@@ -94,34 +106,74 @@ class FitCLI(LightningCLI):
                             enable_version_counter=False),
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
             divergence,
-            RunRecord(directory, config, facts, divergence),
+            self.stop,
+            self.run_record,
             ConfigToLoggers(config),
             EpochSeed(config.get("seed_everything")),
             RichProgressBar() if tty else EpochPrinter(),
         ]
-        return super().instantiate_trainer(
+        trainer = super().instantiate_trainer(
             **kwargs, callbacks=callbacks, logger=make_loggers(directory, config), enable_autolog_hparams=False,
             enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
         )
+        if hasattr(trainer.strategy, "_timeout"):  # DDP (also chosen by "auto"), FSDP: read when the group starts
+            trainer.strategy._timeout = timedelta(seconds=config["run.ddp_timeout_s"])
+        use_atomic_checkpoints(trainer.strategy)
+        return trainer
 
     def fit_run(self) -> int:
+        """Train the run dir as its only writer (rank 0 holds its lock for the whole fit); the exit code."""
+        self.lock = None
+        if rank_zero_only.rank == 0:
+            try:
+                self.lock = runlock.acquire(self.run_dir)
+            except runlock.Busy as busy:
+                return _error(f"{busy}; not started: a run dir has one writer at a time", runlock.BUSY)
+            except OSError as error:
+                return _error(f"cannot write the run dir: {describe(error)}", 1)
+        try:
+            return self._fit_locked()
+        finally:
+            if self.lock is not None:
+                runlock.release(self.lock)
+
+    def _fit_locked(self) -> int:
         """Skip a finished run, resume an unfinished one from last.ckpt, or start it."""
         directory, retrain = self.run_dir, self.config["run.retrain"]
+        last, dropped = directory / "last.ckpt", [drop_corrupt_record(directory)]
         previous = read_record(directory)
         if previous and previous.get("status") in FINAL and not retrain:
             _say(f"vit-ablate fit: skipped, run already {previous['status']}; record: {directory / RECORD}")
             return 0
-        last = directory / "last.ckpt"
+        dropped = [note for note in (*dropped, drop_corrupt_checkpoint(last)) if note]
         ckpt_path = str(last) if last.is_file() and not retrain else None
+        if dropped:
+            self.run_record.recovery = "; ".join(dropped) + ("; resumed from last.ckpt" if ckpt_path else
+                                                             "; trained from scratch")
+            _warn(f"vit-ablate fit: {self.run_record.recovery}")
         if ckpt_path is None and rank_zero_only.rank == 0:
             for stale in ("last.ckpt", "metrics.csv"):  # a fresh start must not append to an old attempt
                 (directory / stale).unlink(missing_ok=True)
         _say(f"vit-ablate fit: {'resuming from ' + ckpt_path if ckpt_path else 'run dir ' + str(directory)}")
         try:
             self.trainer.fit(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path)
+        except BaseException as error:
+            if signum := self.stop.signum or stop_signal(error):
+                return self.interrupted(signum)
+            if isinstance(error, OSError) and error.errno in DISK_ERRORS:
+                where = "" if error.filename else f" (in {directory})"
+                return _error(f"{describe(error)}{where}; fix that and run the same command again to resume", 1)
+            raise
         finally:
             _finish_wandb(self.trainer)
         return 0
+
+    def interrupted(self, signum: int) -> int:
+        """Fit was stopped by SIGTERM/SIGINT (pre-emption, Ctrl-C, the sweep): its record says interrupted; 128+signal."""
+        last = self.run_dir / "last.ckpt"
+        then = f"the same command resumes from {last}" if last.is_file() else "the same command starts it again"
+        _warn(f"vit-ablate fit: stopped by {signal.Signals(signum).name}; {then}")
+        return 128 + signum
 
     def starts_other_ranks(self) -> bool:
         """Lightning itself will start this fit's other processes (not torchrun, SLURM, ...)."""
@@ -226,9 +278,30 @@ def _reruns_this_fit(argv: list[str]) -> bool:
     return sys.argv[1:] in (argv, ["fit", *argv])
 
 
+def settings_error(config: dict) -> str | None:
+    """Why flat fit settings cannot make a run (a budget that trains nothing, no DDP timeout), or None."""
+    for key in ("trainer.max_epochs", "trainer.max_steps", "trainer.limit_train_batches"):
+        if config.get(key) == 0 and not isinstance(config.get(key), bool):
+            return f"{key}=0 trains nothing; give a positive number"
+    timeout = config.get("run.ddp_timeout_s")
+    if timeout is not None and not timeout > 0:
+        return f"run.ddp_timeout_s={timeout} must be a positive number of seconds"
+    return None
+
+
 def _say(line: str) -> None:
     if rank_zero_only.rank == 0:
         print(line, flush=True)
+
+
+def _warn(line: str) -> None:
+    if rank_zero_only.rank == 0:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _error(line: str, code: int) -> int:
+    _warn(f"vit-ablate fit: error: {line}")
+    return code
 
 
 def _quiet() -> None:
@@ -255,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     if cli.starts_other_ranks() and not _reruns_this_fit(argv):
         # Called from Python: the other ranks would re-run the caller's command line. Run this fit as the
         # command itself, whose ranks then get the same argv.
-        return subprocess.call([sys.executable, "-m", "vit_lightning.cli", "fit", *argv])
+        code = subprocess.call([sys.executable, "-m", "vit_lightning.cli", "fit", *argv])
+        return 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + signal
     return cli.fit_run()
 
 

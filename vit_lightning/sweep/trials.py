@@ -86,7 +86,7 @@ def build(configs: list[dict], count: int | None = None, seed: int = 0) -> list[
         for params in expand(config, count=count, seed=seed):
             given = {**params, TRIAL_KEY: run_name(params)}
             trial = Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)))
-            trials.setdefault(trial.run_dir, trial)
+            trials.setdefault(trial.run_dir.resolve(), trial)  # `runs` and `$PWD/runs` are one directory
     return list(trials.values())
 
 
