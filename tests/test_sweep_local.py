@@ -139,7 +139,7 @@ def test_a_trial_whose_run_dir_another_process_holds_is_not_started(tmp_path, mo
         assert cli.main([sweep, "--backend", "local"]) == 1  # not every trial is done
         err = capsys.readouterr().err
         assert f"trial 1/4 skipped: {first.run_dir} is being trained by pid {os.getpid()}" in err
-        assert "1 still running elsewhere" in err
+        assert "1 left to another process" in err
         ended = sorted(e.split()[1] for e in events(tmp_path) if e.startswith("end"))
         assert first.id not in ended and len(ended) == 3  # the three others ran
     finally:

@@ -147,7 +147,7 @@ class Runner:
         self.log(f"[sweep] finished in {clock(time.monotonic() - self.start)}: {c['completed']} completed, "
                  f"{c['diverged']} diverged, {c['failed'] + skipped['failed']} failed, {c['interrupted']} interrupted"
                  f", {skipped['done'] + c['done']} done before or elsewhere"
-                 + (f", {c['busy']} still running elsewhere" if c["busy"] else ""))
+                 + (f", {c['busy']} left to another process" if c["busy"] else ""))
         all_done = all(status_of(t, self.state, retry_failed=True) == "done" for t in self.trials)
         return self.supervisor.exit_code(0 if all_done else 1)
 
