@@ -18,14 +18,14 @@ TINY = [
     "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu", "--run.fewshot_shots=[]",
 ]
 
-# Sends this process a signal when epoch 1 starts (like a pre-empting scheduler, or Ctrl-C), then runs fit.
+# Sends this process (rank SIGNAL_RANK) a signal when epoch 1 starts (like a pre-empting scheduler, or Ctrl-C).
 SIGNAL_AT_EPOCH_1 = r"""
 import os, sys
 from vit_lightning import train
 from vit_lightning.module import ViTClassifier
 
 def on_train_epoch_start(self):
-    if self.current_epoch == 1:
+    if self.current_epoch == 1 and self.global_rank == int(os.environ.get("SIGNAL_RANK", "0")):
         os.kill(os.getpid(), int(os.environ["SEND_SIGNAL"]))
 
 ViTClassifier.on_train_epoch_start = on_train_epoch_start
@@ -62,6 +62,19 @@ def test_a_signal_stops_fit_as_interrupted_and_the_same_command_resumes(sig, tmp
     assert train.main(argv) == 0  # no flag needed: an interrupted run is not a failed one
     _, record = only_record(tmp_path / "runs")
     assert record["status"] == "completed" and [h["epoch"] for h in record["history"]] == [0, 1]
+
+
+def test_sigterm_to_one_ddp_rank_stops_both_at_the_same_step(tmp_path):
+    script = tmp_path / "signal_at_epoch_1.py"
+    script.write_text(SIGNAL_AT_EPOCH_1)
+    env = {**os.environ, "SEND_SIGNAL": str(int(signal.SIGTERM)), "SIGNAL_RANK": "1", "OMP_NUM_THREADS": "1",
+           "WANDB_MODE": "disabled"}
+    argv = [sys.executable, str(script), *TINY, "--trainer.max_epochs=2", "--trainer.devices=2",
+            "--trainer.strategy=ddp", "--run.ddp_timeout_s=60"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 128 + signal.SIGTERM and "Traceback" not in done.stderr, done.stderr[-3000:]
+    _, record = only_record(tmp_path / "runs")
+    assert record["status"] == "interrupted" and [h["epoch"] for h in record["history"]] == [0]
 
 
 # --- one writer per run dir ------------------------------------------------------------------------------

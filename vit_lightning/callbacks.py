@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import signal
+import threading
 import time
 from typing import Any
 
@@ -58,10 +59,29 @@ def stop_signal(exception: BaseException) -> int | None:
 
 
 class StopSignal(pl.Callback):
-    """Remembers the signal that stopped fit (Lightning turns Ctrl-C into a plain exit), for fit's exit code."""
+    """Stops every DDP rank at the same step on SIGTERM; remembers the signal that stopped fit, for its exit code.
+
+    Lightning's own SIGTERM handler broadcasts from inside the handler; when every rank gets the
+    signal (a process group, a scheduler) that broadcast meets the wrong collective and the ranks
+    wait for each other until the DDP timeout. Under DDP this handler only notes the request; the
+    ranks agree on it after each training step and all stop there, through Lightning's graceful
+    stop (SIGTERMException). One process keeps Lightning's handler.
+    """
 
     def __init__(self):
         self.signum: int | None = None
+        self._requested = False
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.world_size > 1 and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._request)  # after Lightning's; it restores the original at teardown
+
+    def _request(self, signum, frame) -> None:
+        self._requested = True
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if trainer.world_size > 1 and trainer.strategy.reduce_boolean_decision(self._requested, all=False):
+            trainer._signal_connector.received_sigterm = True  # on every rank at this step: they stop together
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.signum = self.signum or stop_signal(exception)

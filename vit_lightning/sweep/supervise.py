@@ -99,14 +99,20 @@ class Supervisor:
                 for t in threads:
                     t.join(0.2)
                 self._escalate()
-            while self.running:  # children whose slot gave up on them (the runner failed): stop and reap them
-                time.sleep(0.1)
-                self._escalate()
-                with self.lock:
-                    self.running = {pid: p for pid, p in self.running.items() if p.poll() is None}
+            self._reap_abandoned()
         finally:
             for s, old in handlers.items():
                 signal.signal(s, old)
+
+    def _reap_abandoned(self) -> None:
+        """Children no slot waits for any more (their runner failed): stopped (SIGKILL after GRACE_S) and reaped."""
+        if self.running:
+            self.fail(self.failure or "a process outlived its slot")
+        while self.running:
+            time.sleep(0.1)
+            self._escalate()
+            with self.lock:
+                self.running = {pid: p for pid, p in self.running.items() if p.poll() is None}
 
     @property
     def stopping(self) -> bool:
