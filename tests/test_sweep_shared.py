@@ -126,6 +126,16 @@ def test_a_read_only_run_root_stops_the_sweep_in_one_line(readonly_dir, tmp_path
     assert events(tmp_path) == []  # nothing started
 
 
+def test_a_trial_that_cannot_be_launched_stops_the_sweep_in_one_line(tmp_path, capsys):
+    config = yaml.safe_load(Path(make_sweep(tmp_path)).read_text())
+    config["command"] = [str(tmp_path / "no-such-program"), "${args}"]
+    (tmp_path / "missing.yaml").write_text(yaml.safe_dump(config))
+    assert cli.main([str(tmp_path / "missing.yaml"), "--backend", "local"]) == 1
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        f"vit-ablate sweep: error: {tmp_path / 'no-such-program'}: No such file or directory; the sweep stopped, "
+        "its trials with it"]  # after the plan line, only this: the second trial was not tried
+
+
 def _failing_state_write(monkeypatch, when: str, started: list):
     """State writes with status `when` fail as on a full disk; started processes are collected."""
     update, start = local.State.update, local.Supervisor.start

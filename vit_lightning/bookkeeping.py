@@ -42,6 +42,12 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def one_line(error: BaseException) -> str:
+    """An error as 'TypeName: message' on one line."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 def describe(error: OSError) -> str:
     """An OSError in one line, naming the file: 'runs/x/results.json: No space left on device'."""
     name = f"{error.filename}: " if error.filename else ""

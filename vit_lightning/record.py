@@ -14,7 +14,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
-from vit_lightning.bookkeeping import RECORD, now, write_atomic
+from vit_lightning.bookkeeping import RECORD, now, one_line, write_atomic
 from vit_lightning.callbacks import DivergenceStop, stop_signal
 from vit_lightning.identity import number, plain
 
@@ -82,11 +82,6 @@ def model_facts(model: torch.nn.Module, in_chans: int, img_size) -> dict[str, An
     """The compute facts a record keeps about a model: parameter count and forward GFLOPs per image."""
     return {"params": sum(p.numel() for p in model.parameters()),
             "gflops_per_image": gflops_per_image(model, in_chans, img_size)}
-
-
-def one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 class RunRecord(pl.Callback):
@@ -167,7 +162,6 @@ class RunRecord(pl.Callback):
             self._finish(trainer, "interrupted" if signum else "failed")
         except OSError:
             pass  # the disk is full or gone: the error that brought us here is what fit reports
-
 
     # --- helpers -------------------------------------------------------------------------------------
     def _new_record(self, trainer: pl.Trainer) -> dict:

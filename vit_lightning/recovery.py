@@ -16,8 +16,8 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 
-from vit_lightning.bookkeeping import RECORD, write_atomic
-from vit_lightning.record import one_line, record_problem
+from vit_lightning.bookkeeping import RECORD, one_line, write_atomic
+from vit_lightning.record import record_problem
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

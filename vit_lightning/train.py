@@ -140,12 +140,12 @@ class FitCLI(LightningCLI):
     def _fit_locked(self) -> int:
         """Skip a finished run, resume an unfinished one from last.ckpt, or start it."""
         directory, retrain = self.run_dir, self.config["run.retrain"]
-        last, dropped = directory / "last.ckpt", [drop_corrupt_record(directory)]
+        last, bad_record = directory / "last.ckpt", drop_corrupt_record(directory)
         previous = read_record(directory)
         if previous and previous.get("status") in FINAL and not retrain:
             _say(f"vit-ablate fit: skipped, run already {previous['status']}; record: {directory / RECORD}")
             return 0
-        dropped = [note for note in (*dropped, drop_corrupt_checkpoint(last)) if note]
+        dropped = [note for note in (bad_record, drop_corrupt_checkpoint(last)) if note]
         ckpt_path = str(last) if last.is_file() and not retrain else None
         if dropped:
             self.run_record.recovery = "; ".join(dropped) + ("; resumed from last.ckpt" if ckpt_path else

@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from vit_lightning import runlock
-from vit_lightning.bookkeeping import FINAL, describe, now, write_atomic
-from vit_lightning.record import one_line
+from vit_lightning.bookkeeping import FINAL, describe, now, one_line, write_atomic
 from vit_lightning.sweep.supervise import Supervisor
 from vit_lightning.sweep.trials import Trial, executable, find_record, swept_keys
 
