@@ -46,7 +46,7 @@ ABLATION = Ablation(
     reference_note="ViT-B/16, ImageNet 5-shot linear top-1 after the paper's pre-training (Table 8); "
     "sincos_2d and relative_bias_2d are ours (no paper value)",
     profiles={
-        "demo": profile("demo", GRIDS, description="mnist5k, micro ViT/7, CPU"),
+        "demo": profile("demo", GRIDS, seeds=range(5), description="mnist5k, micro ViT/7, CPU"),
         "cifar10": profile("cifar10", GRIDS, description="CIFAR-10, ViT-S/4"),
         "imagenet": profile("imagenet", GRIDS, description="ImageNet, ViT-B/16"),
     },

@@ -3,13 +3,14 @@
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from vit_lightning import train
+from vit_lightning import train, wandb_run
 from vit_lightning.module import ViTClassifier
 
 TINY = [
@@ -108,9 +109,9 @@ def test_wandb_offline_writes_a_local_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
-    assert train.wandb_mode("auto") is None  # no agent, no credentials: off
+    assert wandb_run.mode("auto") is None  # no agent, no credentials: off
     monkeypatch.setenv("WANDB_SWEEP_ID", "abc123")
-    assert train.wandb_mode("auto") == "offline"  # under an agent without credentials: offline
+    assert wandb_run.mode("auto") == "offline"  # under an agent without credentials: offline
     monkeypatch.delenv("WANDB_SWEEP_ID")
     assert train.main([*TINY, "--trainer.max_epochs=1", "--run.wandb=offline", "--run.wandb_project=p"]) == 0
     path, record = only_record(tmp_path / "runs")
@@ -136,8 +137,10 @@ def test_wandb_resumed_fit_logs_to_the_same_run(tmp_path, monkeypatch):
     assert train.main(argv) == 0  # resumes from last.ckpt, and the W&B run with it
     _, second = only_record(tmp_path / "runs")
     assert second["status"] == "completed" and second["wandb"]["run_id"] == run_id
-    attempts = sorted((path.parent / "wandb").glob("offline-run-*"))  # one folder per attempt, named by run id
-    assert len(attempts) == 2 and all(folder.name.endswith(f"-{run_id}") for folder in attempts)
+    # one folder per attempt, named by time and run id (wandb appends -1 when both start in the same second)
+    attempts = sorted((path.parent / "wandb").glob("offline-run-*"))
+    assert len(attempts) == 2 and all(re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{run_id}(-\d+)?", folder.name)
+                                      for folder in attempts)
 
 
 def test_ddp_two_cpu_processes_write_one_record(tmp_path, monkeypatch):

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from vit_lightning import ViT, load_timm_weights
+from vit_lightning import ViT
 from vit_lightning.model import ENCODINGS, POOLINGS
 from vit_lightning.model.position import sincos_2d_table
 
@@ -226,58 +225,38 @@ def test_resample_other_encodings_to_a_larger_grid():
     expected = F.interpolate(old[None], size=(19, 19), mode="bicubic", align_corners=False)[0]
     torch.testing.assert_close(mrb.pos.parts[1].table, expected)
 
-    mr1 = micro(pos_encoding="relative_1d")
-    mr1.resize(40)
-    assert mr1.pos.parts[0].table.shape == (2 * 100 - 1, 16)
-    for model in (m2d, msc, mrb, mr1):
+    for model in (m2d, msc, mrb):
         h, w = model.config.img_hw
         assert model(torch.randn(1, 1, h, w)).shape == (1, 10)
 
 
-def _randomise(module):
-    torch.manual_seed(1)
-    for p in module.parameters():
-        p.data.normal_(0, 0.1)
-    return module.eval()
+def relative_1d_bias(model: ViT, q: torch.Tensor, query: tuple[int, int], key: tuple[int, int]) -> torch.Tensor:
+    """Block 0's relative logit between the patches at (row, col) `query` and `key` for queries (1, h, T, hd)."""
+    p, w = model.pool.num_prefix, model.pos.grid[1]
+    i, j = p + query[0] * w + query[1], p + key[0] * w + key[1]
+    return model.pos.parts[0](q)[0, :, i, j]  # (h,)
 
 
-@pytest.mark.parametrize("pooling", ["cls", "gap"])
-def test_timm_weights_give_equal_logits(pooling):
-    timm = pytest.importorskip("timm")
-    extra = dict(class_token=False, global_pool="avg") if pooling == "gap" else {}
-    reference = _randomise(timm.models.vision_transformer.VisionTransformer(
-        img_size=32, patch_size=8, num_classes=7, embed_dim=64, depth=2, num_heads=4, **extra))
-    ours = ViT(img_size=32, patch_size=8, num_classes=7, width=64, depth=2, heads=4, mlp_dim=256, pooling=pooling).eval()
-    load_timm_weights(ours, reference.state_dict())
-    x = torch.randn(3, 3, 32, 32)
-    torch.testing.assert_close(ours(x), reference(x), rtol=1e-5, atol=1e-5)
-
-
-def test_timm_hybrid_weights_give_equal_logits():
-    timm = pytest.importorskip("timm")
-    from timm.layers import StdConv2dSame
-    from timm.models.resnetv2 import ResNetV2
-    from timm.models.vision_transformer_hybrid import HybridEmbed
-
-    backbone = ResNetV2(layers=(1, 1), channels=(128, 256), stem_chs=32, num_classes=0, global_pool="",
-                        preact=False, stem_type="same", conv_layer=partial(StdConv2dSame, eps=1e-8))
-    reference = _randomise(timm.models.vision_transformer.VisionTransformer(
-        img_size=28, patch_size=1, num_classes=7, embed_dim=64, depth=2, num_heads=4,
-        embed_layer=partial(HybridEmbed, backbone=backbone)))
-    ours = ViT(img_size=28, num_classes=7, width=64, depth=2, heads=4, mlp_dim=256,
-               stem="hybrid", hybrid_layers=(1, 1), hybrid_width=32).eval()
-    load_timm_weights(ours, reference.state_dict())
-    x = torch.randn(2, 3, 28, 28)
-    torch.testing.assert_close(ours(x), reference(x), rtol=1e-5, atol=1e-5)
-
-
-def test_timm_weights_refuse_a_mismatched_model():
-    timm = pytest.importorskip("timm")
-    reference = timm.models.vision_transformer.VisionTransformer(img_size=32, patch_size=8, num_classes=7, embed_dim=64, depth=2, num_heads=4)
-    with pytest.raises(ValueError, match="pooling"):
-        load_timm_weights(ViT(img_size=32, patch_size=8, num_classes=7, width=64, depth=2, heads=4, pooling="gap"), reference.state_dict())
-    with pytest.raises(ValueError, match="do not fit"):
-        load_timm_weights(ViT(img_size=32, patch_size=8, num_classes=7, width=64, depth=3, heads=4), reference.state_dict())
+@pytest.mark.parametrize("old_img,new_img", [(16, 32), (32, 16), (16, (28, 16))])
+def test_resample_relative_1d_keeps_what_an_offset_means(old_img, new_img):
+    """4x4 -> 8x8 (and back, and taller): one column right, one row down, and their opposites keep their embedding."""
+    torch.manual_seed(0)
+    model = ViT("micro", img_size=old_img, in_chans=1, patch_size=4, pos_encoding="relative_1d", pooling="gap")
+    old = model.pos.parts[0]
+    (h, w), table = old.grid, old.table.detach().clone()
+    model.resize(new_img)
+    (h2, w2), new = model.pos.grid, model.pos.parts[0].table
+    assert new.shape == (2 * h2 * w2 - 1, 16)
+    for dy, dx in [(0, 1), (1, 0), (0, -1), (-1, 0), (1, 1), (-1, 1)]:
+        assert torch.equal(new[dy * w2 + dx + h2 * w2 - 1], table[dy * w + dx + h * w - 1]), (dy, dx)
+    # the same through attention: a query's logit for the patch one column right / one row down of it
+    q = torch.randn(1, 4, h2 * w2, 16)
+    for step, (dy, dx) in {"right": (0, 1), "down": (1, 0)}.items():
+        expected = q[0, :, 1 * w2 + 1] @ table[-(dy * w + dx) + h * w - 1] / 4  # offset i - j = -(dy, dx)
+        torch.testing.assert_close(relative_1d_bias(model, q, (1, 1), (1 + dy, 1 + dx)), expected, msg=step)
+    if w2 == w:  # the width kept: every offset the old grid had keeps its embedding
+        inside = torch.arange(-(h * w - 1), h * w) + h2 * w2 - 1
+        assert torch.equal(new[inside], table)
 
 
 @pytest.mark.parametrize(
@@ -286,7 +265,7 @@ def test_timm_weights_refuse_a_mismatched_model():
         (dict(img_size=30), "not divisible by patch_size=4; valid patch sizes: [1, 2, 3, 5, 6, 10, 15, 30]"),
         (dict(heads=5), "heads=5 does not divide width=64"),
         (dict(pos_encoding="rope"), "unknown pos_encoding='rope'; choose from: none, learned_1d, learned_2d, sincos_2d"),
-        (dict(pooling="max"), "choose from: cls, gap, map"),
+        (dict(pooling="max"), "choose from: cls, gap, gap_fcnorm, gap_fcnorm_cls, map"),
         (dict(stem="conv"), "choose from: patch, hybrid"),
         (dict(variant="XL"), "choose from: micro, Ti, S, B, L, H"),
         (dict(pos_encoding="relative_1d", pos_injection="every_layer"), "allowed: stem"),

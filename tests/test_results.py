@@ -421,15 +421,6 @@ class FakeRun:
         return iter(self._history)
 
 
-class FakeApi:
-    def __init__(self, runs):
-        self.runs, self.asked = runs, []
-
-    def sweep(self, path):
-        self.asked.append(path)
-        return type("Sweep", (), {"runs": self.runs})()
-
-
 def fake_wandb_runs() -> list[FakeRun]:
     flat = {"model.pos_encoding": "none", "model.pos_injection": "stem", "seed_everything": 0,
             "run.ablation": "pos_encoding", "run.profile": "demo", "data.name": "mnist5k", "_wandb": {"x": 1}}
@@ -457,21 +448,6 @@ def test_wandb_run_maps_to_record():
     assert b["config"]["model.pos_injection"] == "stem" and b["config"]["run.profile"] == "demo"
     assert b["status"] == "diverged"  # finished with a NaN loss
     assert c["status"] == "failed" and "crashed" in c["error"]
-
-
-def test_table_cli_with_wandb_fake_api(tmp_path, monkeypatch):
-    wandb = pytest.importorskip("wandb")
-    api = FakeApi(fake_wandb_runs())
-    monkeypatch.setattr(wandb, "Api", lambda: api)
-    monkeypatch.setattr(ablations, "load", lambda name, directory=None: POS)
-    out = tmp_path / "out"
-    assert cli.main(["pos_encoding", "--runs", str(tmp_path / "none"), "--out", str(out),
-                     "--wandb", "me/vit/sw1"]) == 0
-    assert api.asked == ["me/vit/sw1"]
-    assert sorted(p.name for p in (out / "records").iterdir()) == ["a.json", "b.json", "c.json"]  # d: other profile
-    md = (out / "table.md").read_text()
-    assert md_cells(md, "none")[1] == "**0.7000 (n=1)**" and "crashed" in md and "| diverged" in md
-    assert cli.main(["pos_encoding", "--runs", str(tmp_path / "none"), "--out", str(out), "--wandb", "x/y"]) == 2
 
 
 def test_cli_rejects_unknown_names(tmp_path, monkeypatch, capsys):

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import netrc
 import os
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import urlparse
 
 RUN_DEFAULTS = {"run.root": "runs", "run.ablation": "adhoc", "run.profile": "local"}  # fit's --run.* defaults
 RECORD = "results.json"  # a run's record, in its run directory
@@ -54,14 +52,19 @@ def describe(error: OSError) -> str:
     return f"{name}{error.strerror or ' '.join(str(error).split()) or type(error).__name__}"
 
 
-def wandb_credentials(env=None, netrc_path: str | Path | None = None) -> bool:
-    """W&B can log in without asking: WANDB_API_KEY is set, or a netrc file has an entry for the W&B host."""
-    env = os.environ if env is None else env
-    if env.get("WANDB_API_KEY"):
+def wandb_credentials() -> bool:
+    """W&B can log in without asking, as wandb itself resolves it.
+
+    WANDB_API_KEY (or an identity token), else a netrc entry for the server wandb talks to: WANDB_BASE_URL,
+    else the base_url that `wandb login --host URL` saved in wandb's settings file (self-hosted W&B).
+    """
+    from wandb.sdk import wandb_setup
+    from wandb.sdk.lib import wbauth
+
+    settings = wandb_setup.singleton().settings  # env, then wandb's settings files, as wandb.init reads them
+    if settings.api_key or settings.identity_token_file:
         return True
-    host = urlparse(env.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
-    path = Path(netrc_path) if netrc_path else Path(env.get("NETRC", Path.home() / ".netrc"))
     try:
-        return path.is_file() and netrc.netrc(str(path)).authenticators(host) is not None
-    except (netrc.NetrcParseError, OSError):
+        return wbauth.read_netrc_auth(host=settings.base_url) is not None
+    except Exception:  # a malformed entry: wandb says what is wrong with it when it logs in
         return False

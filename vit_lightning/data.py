@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import functools
 import os
 
@@ -115,7 +116,12 @@ class _Cifar(Source):
 
     def prepare(self) -> None:
         if self.download:
-            self.tv_class(self.root, train=True, download=True)
+            # Trials starting together (agents, --parallel, array jobs on a shared disk) download once: the first
+            # holds the lock, the others wait for it and then find the files (torchvision checks them).
+            os.makedirs(self.root, exist_ok=True)
+            with open(os.path.join(self.root, f".{self.name}.download.lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                self.tv_class(self.root, train=True, download=True)
 
     def load(self, train_tf=None, val_tf=None):
         return self._split(train=True), self._split(train=False)

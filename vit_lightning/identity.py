@@ -1,9 +1,12 @@
 """A run's identity: config values normalised once, the run's name, and where its record lives.
 
-`fit` names its run directory with `run_name` of its resolved config, or with the id the sweep
-runner hands it (`--run.trial`), which is `run_name` of the trial's parameters. The runner then
-finds a trial's record by that id, and the tables compare designed and recorded values with
-`same`, so both read "1e-4", 0.0001 and the 0.0001 fit parsed as one value.
+`fit` names its run directory with the id the sweep runner hands it (`--run.trial`), else with
+`run_name` of the parameters a W&B agent gave it, else of its resolved config; the runner's id is
+`run_name` of the trial's parameters, so a trial has one name under either backend. The name
+includes the number of processes the run trains on (`world_size`): the global batch changes with
+it, so `--gpus-per-agent 2` and `4` are different runs. The runner then finds a trial's record by
+that id, and the tables compare designed and recorded values with `same`, so both read "1e-4",
+0.0001 and the 0.0001 fit parsed as one value.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from vit_lightning.bookkeeping import RUN_DEFAULTS
 # Keys that do not change what is trained: bookkeeping (already in the path) and display switches.
 NOT_IDENTITY = ("run.", "trainer.enable_progress_bar", "trainer.enable_model_summary")
 TRIAL_KEY = "run.trial"  # fit's option for the id the sweep runner hands each trial
+WORLD_KEY = "world_size"  # hashed with a run's values when it trains on more than one process
 TRIAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one path component, never "..", never hidden, never absolute
 INT = re.compile(r"[-+]?[0-9]+")
 FLOAT = re.compile(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][-+]?[0-9]+)?")
@@ -90,9 +94,32 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def run_name(params: dict[str, Any]) -> str:
-    """Readable summary of the ablation axes present, plus a hash of every normalised value that changes training."""
+def world_size(config: dict[str, Any], gpus: int) -> int:
+    """Processes a run trains on: trainer.num_nodes x its devices, `auto` (and -1) read as Lightning reads them.
+
+    `gpus` is the number of GPUs the run will see (its CUDA_VISIBLE_DEVICES group); `auto` on a CPU is one process.
+    """
+    devices, accelerator = normalize(config.get("trainer.devices", "auto")), config.get("trainer.accelerator", "auto")
+    on_gpus = accelerator in ("gpu", "cuda") or (accelerator == "auto" and gpus > 0)
+    if devices in ("auto", -1):
+        count = gpus if on_gpus else 1
+    elif isinstance(devices, list):
+        count = len(devices)
+    elif isinstance(devices, str):  # "0,1": these GPU ids
+        count = len([d for d in devices.split(",") if d.strip()])
+    else:
+        count = int(devices)
+    return max(1, count) * int(normalize(config.get("trainer.num_nodes")) or 1)
+
+
+def run_name(params: dict[str, Any], world: int = 1) -> str:
+    """Readable summary of the ablation axes present, plus a hash of every normalised value that changes training.
+
+    `world` is the run's world_size; beyond one process it is part of the name and the hash (the global batch).
+    """
     values = {k: normalize(v) for k, v in params.items() if not k.startswith(NOT_IDENTITY)}
+    if world != 1:
+        values[WORLD_KEY] = world
     digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
     get = values.get
     patch = f"p{get('model.patch_size')}" if "model.patch_size" in values else None
@@ -101,17 +128,18 @@ def run_name(params: dict[str, Any]) -> str:
     lr = get("model.lr")
     parts = [get("data.name"), get("model.variant"), patch, get("model.pos_encoding"), get("model.pos_injection"),
              get("model.pooling"), f"lr{lr:g}" if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
-             f"s{get('seed_everything')}" if "seed_everything" in values else None, digest]
+             f"s{get('seed_everything')}" if "seed_everything" in values else None,
+             f"w{world}" if world != 1 else None, digest]
     name = "-".join(str(p) for p in parts if p is not None)
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
-def run_dir(config: dict[str, Any]) -> Path:
-    """{run.root}/{run.ablation}/{run.profile}/{run.trial, else run_name(config)}."""
+def run_dir(config: dict[str, Any], world: int = 1) -> Path:
+    """{run.root}/{run.ablation}/{run.profile}/{run.trial, else run_name(config, world)}."""
     get = lambda key: str(config.get(key) or RUN_DEFAULTS[key])  # noqa: E731
     for key in ("run.ablation", "run.profile", TRIAL_KEY):  # each one folder below run.root, never outside it
         value = config.get(key)
         if value is not None and not TRIAL_NAME.fullmatch(str(value)):
             raise ValueError(f"{key}={value!r} must be one plain name of letters, digits, '.', '_' and '-'")
     trial = config.get(TRIAL_KEY)
-    return Path(get("run.root")) / get("run.ablation") / get("run.profile") / (trial or run_name(config))
+    return Path(get("run.root")) / get("run.ablation") / get("run.profile") / (trial or run_name(config, world))

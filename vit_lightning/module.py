@@ -61,6 +61,7 @@ class ViTClassifier(pl.LightningModule):
         self.train_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_acc5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro")
+        self._loss_sums: dict[str, torch.Tensor] = {}  # stage -> (sum of loss x batch size, samples) this epoch
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)  # (B, C, H, W) -> (B, num_classes)
@@ -69,35 +70,67 @@ class ViTClassifier(pl.LightningModule):
         """Cross-entropy on class ids (B,) or soft targets (B, num_classes) from mixup/cutmix."""
         return F.cross_entropy(logits.float(), targets, label_smoothing=self.hparams.label_smoothing)
 
+    # Per-step self.log calls and torchmetrics' forward (which also computes each batch's value) cost
+    # a tenth of a CPU demo trial; so the epoch's sums are kept here and logged once per epoch, and
+    # the per-step values only on the steps Lightning writes out (every trainer.log_every_n_steps).
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         images, targets = batch
         logits = self(images)
         loss = self.loss(logits, targets)
         hard = targets if targets.ndim == 1 else targets.argmax(dim=1)  # soft labels: the dominant class
-        self.train_acc(logits, hard)
-        n = images.shape[0]
-        self.log("train/loss", loss, on_step=False, on_epoch=True, sync_dist=True, batch_size=n)
-        self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
-        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, batch_size=n)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False, batch_size=n)
+        self.train_acc.update(logits.detach(), hard)
+        self._add_loss("train", loss, images.shape[0])
+        if (self.global_step + 1) % max(1, self.trainer.log_every_n_steps) == 0:
+            self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=1)
+            self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False, batch_size=1)
+        if self.trainer.is_last_batch:  # callbacks read train/* in on_train_epoch_end, before this module's hook
+            self._log_epoch("train", {"acc": self.train_acc})
         return loss
 
     def validation_step(self, batch, batch_idx: int) -> None:
         images, targets = batch
         logits = self(images)
-        n = images.shape[0]
-        self.val_acc(logits, targets)
-        self.val_acc5(logits, targets)
-        # torchmetrics objects sync their state across ranks; the loss mean is synced by Lightning.
-        self.log("val/loss", self.loss(logits, targets), on_epoch=True, sync_dist=True, batch_size=n)
-        self.log("val/acc", self.val_acc, on_epoch=True, prog_bar=True, batch_size=n)
-        self.log("val/acc5", self.val_acc5, on_epoch=True, batch_size=n)
+        self.val_acc.update(logits, targets)
+        self.val_acc5.update(logits, targets)
+        self._add_loss("val", self.loss(logits, targets), images.shape[0])
+
+    def on_train_epoch_start(self) -> None:
+        self._loss_sums.pop("train", None)
+        self.train_acc.reset()
+
+    def on_validation_epoch_start(self) -> None:
+        self._loss_sums.pop("val", None)
+        self.val_acc.reset()
+        self.val_acc5.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val", {"acc": self.val_acc, "acc5": self.val_acc5})
+
+    def _add_loss(self, stage: str, loss: torch.Tensor, n: int) -> None:
+        """Add a batch's mean loss, weighted by its size, to the epoch's (sum, count)."""
+        batch = torch.stack([loss.detach().float() * n, loss.new_tensor(float(n))])
+        self._loss_sums[stage] = self._loss_sums[stage] + batch if stage in self._loss_sums else batch
+
+    def _log_epoch(self, stage: str, metrics: dict) -> None:
+        """Log the epoch's mean loss and the torchmetrics' values, both over every rank's samples."""
+        if stage not in self._loss_sums:
+            return
+        total, count = self.trainer.strategy.reduce(self._loss_sums.pop(stage), reduce_op="sum")
+        values = {"loss": total / count}
+        for name, metric in metrics.items():  # compute() syncs a metric's counts across ranks
+            values[name] = metric.compute()
+            metric.reset()
+        for name, value in values.items():  # equal on every rank already; sync_dist only keeps Lightning quiet
+            self.log(f"{stage}/{name}", value, on_step=False, on_epoch=True, sync_dist=True, batch_size=1,
+                     prog_bar=(stage, name) == ("val", "acc"))
 
     def configure_optimizers(self):
         hp = self.hparams
         groups = decay_groups(self.model, hp.weight_decay)
         if hp.optimizer == "adamw":
-            opt = torch.optim.AdamW(groups, lr=hp.lr, betas=(0.9, 0.999))
+            # The fused kernel updates every tensor in one call: a fifth of the unfused time on a CPU.
+            fused = all(p.device.type in ("cpu", "cuda") for g in groups for p in g["params"]) or None
+            opt = torch.optim.AdamW(groups, lr=hp.lr, betas=(0.9, 0.999), fused=fused)
         else:
             opt = torch.optim.SGD(groups, lr=hp.lr, momentum=hp.momentum)
         total = int(self.trainer.estimated_stepping_batches)

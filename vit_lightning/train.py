@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import errno
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
+import torch
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
@@ -24,13 +24,13 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import Logger, WandbLogger
 
-from vit_lightning import fewshot, runlock
-from vit_lightning.bookkeeping import FINAL, RECORD, RUN_DEFAULTS, describe, wandb_credentials
+from vit_lightning import fewshot, runlock, wandb_run
+from vit_lightning.bookkeeping import FINAL, RECORD, RUN_DEFAULTS, describe
 from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
 from vit_lightning.data import ViTDataModule
 from vit_lightning.defaults import DEMO
 from vit_lightning.module import ViTClassifier
-from vit_lightning.identity import flatten, normalize, run_dir
+from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, run_name, world_size
 from vit_lightning.record import RunRecord, model_facts, read_record
 from vit_lightning.recovery import drop_corrupt_checkpoint, drop_corrupt_record, use_atomic_checkpoints
 
@@ -39,7 +39,6 @@ from vit_lightning.recovery import drop_corrupt_checkpoint, drop_corrupt_record,
 # repeat exactly for a fixed seed already.
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0, "log_every_n_steps": 10}
 LINKED = ("num_classes", "in_chans", "img_size")  # data -> model, at instantiation
-WANDB_MODES = ("auto", "online", "offline", "off")
 DDP_TIMEOUT_S = 600.0  # a rank that stops answering fails the run after this long (torch's own default: 30 min)
 # errors of the disk, not of the run: reported in one line, and the same command resumes once they are fixed
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
@@ -66,7 +65,7 @@ class FitCLI(LightningCLI):
         parser.add_argument("--run.trial", type=str | None, default=None,
                             help="Run directory name given by the sweep runner (default: from the config).")
         parser.add_argument("--run.retrain", type=bool, default=False, help="Train again even if completed.")
-        parser.add_argument("--run.wandb", type=Literal[WANDB_MODES], default="auto",
+        parser.add_argument("--run.wandb", type=Literal[wandb_run.MODES], default="auto",
                             help="auto: on under a W&B agent or with credentials (offline without them).")
         parser.add_argument("--run.wandb_project", type=str | None, default=None, help="W&B project.")
         parser.add_argument("--run.fewshot_shots", type=list[int], default=list(fewshot.SHOTS),
@@ -91,6 +90,9 @@ class FitCLI(LightningCLI):
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
         if error := settings_error(config):
             raise ValueError(error)
+        if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
+            world = world_size(config, torch.cuda.device_count())
+            config[TRIAL_KEY] = run_name(wandb_run.sweep_params() or config, world)
         self.run_dir = directory = run_dir(config)
         shots = config["run.fewshot_shots"]
         facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
@@ -108,12 +110,15 @@ class FitCLI(LightningCLI):
             divergence,
             self.stop,
             self.run_record,
+            wandb_run.WandbSummary(self.run_record),  # after the record: mirrors what it has just written
             ConfigToLoggers(config),
             EpochSeed(config.get("seed_everything")),
             RichProgressBar() if tty else EpochPrinter(),
         ]
         trainer = super().instantiate_trainer(
+            # default_root_dir: where Lightning's SLURM requeue checkpoint (hpc_ckpt_*.ckpt) goes and is resumed from
             **kwargs, callbacks=callbacks, logger=make_loggers(directory, config), enable_autolog_hparams=False,
+            default_root_dir=str(directory),
             enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
         )
         if hasattr(trainer.strategy, "_timeout"):  # DDP (also chosen by "auto"), FSDP: read when the group starts
@@ -138,22 +143,23 @@ class FitCLI(LightningCLI):
                 runlock.release(self.lock)
 
     def _fit_locked(self) -> int:
-        """Skip a finished run, resume an unfinished one from last.ckpt, or start it."""
+        """Skip a finished run, resume an unfinished one from its newest checkpoint, or start it."""
         directory, retrain = self.run_dir, self.config["run.retrain"]
-        last, bad_record = directory / "last.ckpt", drop_corrupt_record(directory)
+        bad_record = drop_corrupt_record(directory)
         previous = read_record(directory)
         if previous and previous.get("status") in FINAL and not retrain:
             _say(f"vit-ablate fit: skipped, run already {previous['status']}; record: {directory / RECORD}")
             return 0
-        dropped = [note for note in (bad_record, drop_corrupt_checkpoint(last)) if note]
-        ckpt_path = str(last) if last.is_file() and not retrain else None
+        dropped = [note for note in (bad_record, *map(drop_corrupt_checkpoint, checkpoints(directory))) if note]
+        newest = resume_point(directory)
+        ckpt_path = str(newest) if newest and not retrain else None
         if dropped:
-            self.run_record.recovery = "; ".join(dropped) + ("; resumed from last.ckpt" if ckpt_path else
-                                                             "; trained from scratch")
+            then = f"; resumed from {newest.name}" if ckpt_path else "; trained from scratch"
+            self.run_record.recovery = "; ".join(dropped) + then
             _warn(f"vit-ablate fit: {self.run_record.recovery}")
         if ckpt_path is None and rank_zero_only.rank == 0:
-            for stale in ("last.ckpt", "metrics.csv"):  # a fresh start must not append to an old attempt
-                (directory / stale).unlink(missing_ok=True)
+            for stale in ("last.ckpt", "metrics.csv", *(p.name for p in directory.glob("hpc_ckpt_*.ckpt"))):
+                (directory / stale).unlink(missing_ok=True)  # a fresh start must not append to an old attempt
         _say(f"vit-ablate fit: {'resuming from ' + ckpt_path if ckpt_path else 'run dir ' + str(directory)}")
         try:
             self.trainer.fit(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path)
@@ -170,8 +176,8 @@ class FitCLI(LightningCLI):
 
     def interrupted(self, signum: int) -> int:
         """Fit was stopped by SIGTERM/SIGINT (pre-emption, Ctrl-C, the sweep): its record says interrupted; 128+signal."""
-        last = self.run_dir / "last.ckpt"
-        then = f"the same command resumes from {last}" if last.is_file() else "the same command starts it again"
+        newest = resume_point(self.run_dir)
+        then = f"the same command resumes from {newest}" if newest else "the same command starts it again"
         _warn(f"vit-ablate fit: stopped by {signal.Signals(signum).name}; {then}")
         return 128 + signum
 
@@ -179,6 +185,17 @@ class FitCLI(LightningCLI):
         """Lightning itself will start this fit's other processes (not torchrun, SLURM, ...)."""
         environment = getattr(self.trainer.strategy, "cluster_environment", None)
         return self.trainer.world_size > 1 and environment is not None and not environment.creates_processes_externally
+
+
+def checkpoints(directory: Path) -> list[Path]:
+    """A run dir's checkpoints: last.ckpt (written at each epoch's end) and the hpc_ckpt_N.ckpt Lightning
+    saves there when SLURM signals a requeue (`sbatch --signal=SIGUSR1@90`)."""
+    return [p for p in (directory / "last.ckpt", *directory.glob("hpc_ckpt_*.ckpt")) if p.is_file()]
+
+
+def resume_point(directory: Path) -> Path | None:
+    """An interrupted run's newest checkpoint in its run dir."""
+    return max(checkpoints(directory), key=lambda p: p.stat().st_mtime_ns, default=None)
 
 
 class RunCSVLogger(Logger):
@@ -234,34 +251,10 @@ class RunCSVLogger(Logger):
         self.rows = []
 
 
-def wandb_mode(choice: str) -> str | None:
-    """auto: on under a W&B agent or with credentials; offline when there are no credentials; None = off."""
-    if choice in ("online", "offline"):
-        return choice
-    if choice == "off" or os.environ.get("WANDB_MODE") == "disabled":
-        return None
-    credentials = wandb_credentials()
-    if os.environ.get("WANDB_SWEEP_ID") or credentials:
-        return "online" if credentials and os.environ.get("WANDB_MODE") != "offline" else "offline"
-    return None
-
-
 def make_loggers(directory: Path, config: dict) -> list:
     """CSV always; W&B (Lightning's WandbLogger, which creates the run on rank 0 only) when enabled."""
-    loggers: list = [RunCSVLogger(directory)]
-    mode = wandb_mode(config["run.wandb"])
-    if mode:
-        project = config["run.wandb_project"] or os.environ.get("WANDB_PROJECT", "vit-lightning")
-        extra, previous = {}, read_record(directory) or {}
-        run_id = (previous.get("wandb") or {}).get("run_id")
-        resuming = previous.get("status") not in FINAL and not config["run.retrain"]
-        if run_id and resuming and not os.environ.get("WANDB_RUN_ID"):  # an agent names its own runs
-            extra = {"id": run_id, "resume": "allow"}  # continue the interrupted attempt's W&B run
-        loggers.append(WandbLogger(
-            name=directory.name, save_dir=str(directory), project=project, offline=mode == "offline",
-            group=config["run.ablation"], tags=[config["run.ablation"], config["run.profile"]], **extra,
-        ))
-    return loggers
+    wandb_logger = wandb_run.logger(directory, config)
+    return [RunCSVLogger(directory), *([wandb_logger] if wandb_logger else [])]
 
 
 def _finish_wandb(trainer: pl.Trainer) -> None:

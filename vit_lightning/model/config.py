@@ -42,7 +42,9 @@ class ViTConfig:
         mlp_dim: hidden size of the blocks' MLP, overriding the variant's.
         pos_encoding: position encoding, a name in position.ENCODINGS.
         pos_injection: where the encoding enters (stem, every_layer, every_layer_shared), as the encoding allows.
-        pooling: tokens to one vector, a name in POOLINGS ([class] token, average, attention).
+        pooling: tokens to one vector, a name in POOLINGS: cls ([class] token), gap (the paper's: final
+            LayerNorm on every token, then the mean), gap_fcnorm (timm's: mean, then LayerNorm),
+            gap_fcnorm_cls (timm's avg pooling with a class token left out of the mean), map (attention).
         stem: patch, or hybrid (a BiT ResNet of stages `hybrid_layers`, root width `hybrid_width`).
         hybrid_layers: bottleneck blocks per ResNet stage of the hybrid stem.
         hybrid_width: root width of the hybrid stem's ResNet (a multiple of 32).

@@ -61,3 +61,11 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, relative: nn.Module | None = None) -> torch.Tensor:
         x = x + self.attn(self.norm1(x), relative)
         return x + self.mlp(self.norm2(x))
+
+
+def init_dense(module: nn.Module) -> None:
+    """Truncated-normal dense weights with zero biases; convs keep PyTorch's fan-in init."""
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)

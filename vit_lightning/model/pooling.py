@@ -1,7 +1,14 @@
 """Poolings (tokens -> one image vector) and classification heads.
 
 Every pooling is built as `Pooling(dim, heads)`, owns its prefix tokens (`num_prefix`, `prepend`)
-and the final LayerNorm of the encoder.
+and the final LayerNorm of the encoder. The two global average poolings differ in where that
+LayerNorm sits:
+
+- `gap` is the paper's (vit_jax `models_vit.py`, big_vision `vit.py`): LayerNorm on every token,
+  then the mean over the patch tokens;
+- `gap_fcnorm` is timm's `global_pool='avg'` with `fc_norm`: the mean first, then LayerNorm;
+- `gap_fcnorm_cls` is `gap_fcnorm` with a [class] token that joins the encoder but not the mean
+  (timm's `class_token=True, global_pool='avg'`, as MAE and BEiT fine-tune).
 """
 
 from __future__ import annotations
@@ -10,7 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vit_lightning.model.layers import Mlp
+from vit_lightning.model.layers import Mlp, init_dense
+
+
+def _prepend(token: nn.Parameter, x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)  # (B, 1+N, D)
 
 
 class ClassToken(nn.Module):
@@ -24,14 +35,14 @@ class ClassToken(nn.Module):
         self.norm = nn.LayerNorm(dim, eps=1e-6)
 
     def prepend(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)  # (B, 1+N, D)
+        return _prepend(self.token, x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x[:, 0])
 
 
 class GlobalAvgPool(nn.Module):
-    """Global average pooling of the patch tokens, then LayerNorm (no [class] token)."""
+    """The paper's global average pooling: LayerNorm on every token, then the mean (no [class] token)."""
 
     num_prefix = 0
 
@@ -43,7 +54,27 @@ class GlobalAvgPool(nn.Module):
         return x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x.mean(dim=1))
+        return self.norm(x).mean(dim=1)  # (B, N, D) -> (B, D)
+
+
+class MeanThenNorm(GlobalAvgPool):
+    """timm's average pooling with `fc_norm`: the mean of the patch tokens, then LayerNorm."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x[:, self.num_prefix :].mean(dim=1))
+
+
+class MeanThenNormWithToken(MeanThenNorm):
+    """`MeanThenNorm` over the patch tokens, with a [class] token that attends but is not averaged."""
+
+    num_prefix = 1
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__(dim, heads)
+        self.token = nn.Parameter(torch.randn(1, 1, dim) * 1e-6)
+
+    def prepend(self, x: torch.Tensor) -> torch.Tensor:
+        return _prepend(self.token, x)
 
 
 class AttentionPool(nn.Module):
@@ -72,7 +103,13 @@ class AttentionPool(nn.Module):
         return y + self.mlp(self.mlp_norm(y))
 
 
-POOLINGS: dict[str, type[nn.Module]] = {"cls": ClassToken, "gap": GlobalAvgPool, "map": AttentionPool}
+POOLINGS: dict[str, type[nn.Module]] = {
+    "cls": ClassToken,
+    "gap": GlobalAvgPool,
+    "gap_fcnorm": MeanThenNorm,
+    "gap_fcnorm_cls": MeanThenNormWithToken,
+    "map": AttentionPool,
+}
 
 
 def linear_head(dim: int, num_classes: int) -> nn.Module:
@@ -84,8 +121,10 @@ def linear_head(dim: int, num_classes: int) -> nn.Module:
 
 
 def mlp_tanh_head(dim: int, num_classes: int) -> nn.Module:
-    """The paper's pre-training head: one hidden layer with tanh."""
-    return nn.Sequential(nn.Linear(dim, dim), nn.Tanh(), linear_head(dim, num_classes))
+    """The paper's pre-training head: one hidden layer with tanh (initialised like the encoder's dense layers)."""
+    hidden = nn.Linear(dim, dim)
+    init_dense(hidden)
+    return nn.Sequential(hidden, nn.Tanh(), linear_head(dim, num_classes))
 
 
 HEADS = {"linear": linear_head, "mlp_tanh": mlp_tanh_head}

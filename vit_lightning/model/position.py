@@ -193,8 +193,29 @@ class Relative1d(Encoding):
 
     @torch.no_grad()
     def resample(self, grid: tuple[int, int]) -> None:
-        self.table = nn.Parameter(_interp_1d(self.table, 2 * grid[0] * grid[1] - 1))
+        """Give each new 1-D offset the old embedding of the 2-D offset it stands for (see `relative_1d_rows`)."""
+        self.table = nn.Parameter(self.table[relative_1d_rows(self.grid, tuple(grid))])
         self._set_grid(grid)
+
+
+def relative_1d_rows(old: tuple[int, int], new: tuple[int, int]) -> torch.Tensor:
+    """For each row of a new (H', W') 1-D offset table, the row of the old (H, W) table it copies: (2H'W' - 1,).
+
+    A raster offset d = dy * W' + dx (|dx| < W', |dy| < H') stands for up to two 2-D offsets, (q, r) and
+    (q + 1, r - W') with q, r = divmod(d, W'); the paper's encoding shares one embedding between them. We
+    read d as the one the old grid has (else the shorter step: |dx|, then |dy|), clamp it to the old grid's
+    offsets and copy the old embedding of that 2-D offset, row dy * W + dx. So one column right stays one
+    column right and one row down stays one row down; a resize that keeps the width keeps every old row.
+    """
+    (h, w), (h2, w2) = old, new
+    rows = []
+    for d in range(-(h2 * w2 - 1), h2 * w2):
+        q, r = divmod(d, w2)
+        readings = [(dy, dx) for dy, dx in ((q, r), (q + 1, r - w2)) if abs(dy) < h2 and abs(dx) < w2]
+        dy, dx = min(readings, key=lambda o: (abs(o[0]) >= h or abs(o[1]) >= w, abs(o[1]), abs(o[0])))
+        dy, dx = max(-(h - 1), min(h - 1, dy)), max(-(w - 1), min(w - 1, dx))
+        rows.append(dy * w + dx + h * w - 1)  # the old table's row of offset (dy, dx)
+    return torch.tensor(rows)
 
 
 class RelativeBias2d(Encoding):

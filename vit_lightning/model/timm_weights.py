@@ -1,10 +1,19 @@
-"""Load a timm VisionTransformer state dict into our ViT (patch or hybrid stem, learned_1d, cls or gap)."""
+"""Load a timm VisionTransformer into our ViT when our backbone can express its structure exactly.
+
+The timm model itself is read, not only its state dict: the pooling, the place of the final
+LayerNorm, the activation and the block type decide the logits but leave no trace in the weights.
+Accepted: the pre-norm ViT with exact GELU and LayerNorm(eps=1e-6), a patch or BiT hybrid stem, a
+learned position table (or none) added at the stem, [class] token / average / attention pooling as
+listed in `timm_pooling`, and a linear or MLP-tanh head (`head = Sequential(Linear, Tanh, Linear)`;
+timm 1.x has no `representation_size`). Anything else is refused with the reason.
+"""
 
 from __future__ import annotations
 
 import re
 
 import torch
+from torch import nn
 
 # timm name pattern -> our name; the first matching rule wins, a name matching none is unexpected
 _RULES = [
@@ -17,46 +26,181 @@ _RULES = [
     (r"^patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.norm\.(weight|bias)$", r"stem.stages.\1.\2.downsample.1.\3"),
     (r"^patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.((conv|norm)\d\.(weight|bias))$", r"stem.stages.\1.\2.\3"),
     (r"^blocks\.(\d+)\.((norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.(weight|bias))$", r"blocks.\1.\2"),
-    (r"^(norm|fc_norm)\.(weight|bias)$", r"pool.norm.\2"),
+    (r"^attn_pool\.latent$", "pool.probe"),
+    (r"^attn_pool\.(q|kv|proj)\.(weight|bias)$", r"pool.\1.\2"),
+    (r"^attn_pool\.norm\.(weight|bias)$", r"pool.mlp_norm.\1"),
+    (r"^attn_pool\.mlp\.(fc1|fc2)\.(weight|bias)$", r"pool.mlp.\1.\2"),
     (r"^head\.(weight|bias)$", r"head.\1"),
+    (r"^head\.(0|2)\.(weight|bias)$", r"head.\1.\2"),
 ]
 
 
-def _rename(name: str) -> str | None:
+def _rename(name: str, norm: str) -> str | None:
+    """Our name for a timm parameter; `norm` is the timm module ('norm' or 'fc_norm') that is our pooling norm."""
+    if re.match(rf"^{norm}\.(weight|bias)$", name):
+        return "pool.norm." + name.rsplit(".", 1)[1]
     for pattern, target in _RULES:
         if re.match(pattern, name):
             return re.sub(pattern, target, name)
     return None
 
 
-def load_timm_weights(model, state_dict: dict[str, torch.Tensor]) -> None:
-    """Copy timm weights into `model` in place; afterwards both give the same logits.
+def _is(module, kind: type) -> bool:
+    return isinstance(module, kind)
 
-    The model must have been built with the same sizes, stem, `pos_encoding='learned_1d'`,
-    `pos_injection='stem'` and pooling (`cls` for a timm model with a class token, `gap` for one
-    with global_pool='avg' and no class token).
+
+def timm_pooling(vit) -> tuple[str, str]:
+    """(our pooling name, the timm norm module it uses) for a timm VisionTransformer; ValueError if none fits.
+
+    token -> `cls`; avg with norm -> `gap` (LN on every token, then the mean, as the paper); avg with
+    fc_norm -> `gap_fcnorm`, or `gap_fcnorm_cls` with a class token; map -> `map`.
     """
+    pool, token = vit.global_pool, vit.has_class_token
+    norms = [name for name in ("norm", "fc_norm") if not _is(getattr(vit, name), nn.Identity)]
+    if len(norms) != 1:
+        raise ValueError("no final LayerNorm (final_norm=False); this ViT always has one")
+    norm = norms[0]
+    if pool == "token":
+        return "cls", norm  # LayerNorm is per token: before or after picking the class token is the same
+    if pool == "avg" and token and vit.pool_include_prefix:
+        raise ValueError("it averages its class token with the patches (pool_include_prefix=True)")
+    if pool == "avg" and norm == "norm":
+        if token:
+            raise ValueError("a class token, global_pool='avg' and fc_norm=False: no pooling here keeps a class token "
+                             "and normalises before the mean")
+        return "gap", norm
+    if pool == "avg":
+        return ("gap_fcnorm_cls" if token else "gap_fcnorm"), norm
+    if pool == "map" and not token:
+        return "map", norm
+    if pool == "map":
+        raise ValueError("global_pool='map' and a class token: this ViT's map pooling has no class token")
+    raise ValueError(f"global_pool={pool!r} has no counterpart here (token, avg and map do)")
+
+
+def _unsupported(vit) -> str | None:
+    """Why our ViT cannot compute what this timm VisionTransformer computes, or None."""
+    from timm.layers import Attention, Mlp, PatchEmbed
+    from timm.models.vision_transformer import Block
+
+    if getattr(vit, "dist_token", None) is not None:
+        return "distilled (DeiT) models have a distillation token and two heads"
+    if vit.num_reg_tokens:
+        return f"{vit.num_reg_tokens} register tokens"
+    if not _is(vit.norm_pre, nn.Identity):
+        return "a LayerNorm before the blocks (pre_norm=True)"
+    for i, block in enumerate(vit.blocks):
+        if type(block) is not Block or type(block.attn) is not Attention or type(block.mlp) is not Mlp:
+            kinds = f"{type(block).__name__}/{type(block.attn).__name__}/{type(block.mlp).__name__}"
+            return f"block {i} is {kinds}; only timm's pre-norm Block/Attention/Mlp match this ViT"
+        extras = {"layer scale (init_values)": (block.ls1, block.ls2), "qk_norm": (block.attn.q_norm, block.attn.k_norm),
+                  "scale_attn_norm": (block.attn.norm,), "scale_mlp_norm": (block.mlp.norm,)}
+        for what, modules in extras.items():
+            if not all(_is(m, nn.Identity) for m in modules):
+                return f"{what} is not part of this ViT"
+        if getattr(block.attn, "gate", None) is not None:
+            return "gated attention is not part of this ViT"
+        act = block.mlp.act
+        if not (_is(act, nn.GELU) and act.approximate == "none"):
+            return f"MLP activation {act} (this ViT uses exact GELU)"
+        if not (_is(block.norm1, nn.LayerNorm) and _is(block.norm2, nn.LayerNorm)):
+            return f"block norms are {type(block.norm1).__name__} (this ViT uses LayerNorm)"
+    for name, module in vit.named_modules():
+        if _is(module, nn.LayerNorm) and (module.eps != 1e-6 or module.weight is None or module.bias is None):
+            return f"{name} is LayerNorm(eps={module.eps}, affine={module.weight is not None}); this ViT uses eps=1e-6, affine"
+    pool = vit.attn_pool
+    if pool is not None and (type(pool).__name__ != "AttentionPoolLatent" or pool.latent_len != 1 or pool.pos_embed is not None
+                             or not _is(pool.q, nn.Linear) or not _is(pool.q_norm, nn.Identity) or pool.mlp is None
+                             or not _is(pool.mlp.act, nn.GELU) or pool.mlp.act.approximate != "none"):
+        return "the attention pooling is not one probe with a query projection and an exact-GELU MLP"
+    embed = vit.patch_embed
+    if type(embed).__name__ == "HybridEmbed":
+        return _hybrid_unsupported(embed)
+    if type(embed) is not PatchEmbed or not _is(embed.norm, nn.Identity) or embed.dynamic_img_pad:
+        return "the patch embedding is not a plain PatchEmbed (no norm, no dynamic padding)"
+    return None
+
+
+def _hybrid_unsupported(embed) -> str | None:
+    """Why a timm HybridEmbed is not our BiT stem (ResNetV2 v1.5, StdConv 'SAME', GroupNorm(32)), or None."""
+    from timm.layers import StdConv2dSame
+    from timm.models.resnetv2 import Bottleneck, ResNetV2
+
+    net = embed.backbone
+    if type(net) is not ResNetV2 or not _is(net.norm, nn.Identity) or type(net.stem.pool).__name__ != "MaxPool2dSame":
+        return "the hybrid backbone is not a ResNetV2 with a 'same' stem and no final norm (preact=False, stem_type='same')"
+    for name, module in net.named_modules():
+        if _is(module, nn.Conv2d) and (type(module) is not StdConv2dSame or module.eps != 1e-8):
+            return f"hybrid conv {name} is not StdConv2dSame(eps=1e-8)"
+        if _is(module, nn.GroupNorm) and (module.num_groups != 32 or module.eps != 1e-5):
+            return f"hybrid norm {name} is not GroupNorm(32, eps=1e-5)"
+    if any(type(block) is not Bottleneck for stage in net.stages for block in stage.blocks):
+        return "hybrid blocks are not timm's non-pre-activation Bottleneck"
+    return None
+
+
+def _head(vit) -> str:
+    head = vit.head
+    if _is(head, nn.Linear):
+        return "linear"
+    if (_is(head, nn.Sequential) and len(head) == 3 and _is(head[0], nn.Linear) and _is(head[1], nn.Tanh)
+            and _is(head[2], nn.Linear) and head[0].in_features == head[0].out_features):
+        return "mlp_tanh"
+    raise ValueError(f"timm head {type(head).__name__} is neither a Linear nor Sequential(Linear(D, D), Tanh, Linear)")
+
+
+def load_timm_weights(model, timm_model: nn.Module) -> None:
+    """Copy a timm VisionTransformer's weights into `model` in place; afterwards both give the same logits.
+
+    `model` must be built with the same sizes, stem, pooling (see `timm_pooling`) and head,
+    `pos_injection='stem'` and `pos_encoding='learned_1d'` (or `none` for a timm model without a
+    position table). A ValueError says why a timm model cannot be loaded, before anything is copied.
+    """
+    from timm.models.vision_transformer import VisionTransformer
+
+    if isinstance(timm_model, dict):
+        raise TypeError("pass the timm model itself, not its state_dict: its pooling and layers decide whether the logits can match")
+    if not isinstance(timm_model, VisionTransformer):
+        raise TypeError(f"expected a timm VisionTransformer, got {type(timm_model).__name__}")
+    reason = _unsupported(timm_model)
+    if reason:
+        raise ValueError(f"cannot load this timm model: {reason}")
+    try:
+        pooling, norm = timm_pooling(timm_model)
+    except ValueError as error:
+        raise ValueError(f"cannot load this timm model: {error}") from None
     cfg = model.config
-    if (cfg.pos_encoding, cfg.pos_injection) != ("learned_1d", "stem"):
-        raise ValueError(
-            f"timm weights carry a learned 1-D table added at the stem; build the model with "
-            f"pos_encoding='learned_1d', pos_injection='stem' (got {cfg.pos_encoding!r}, {cfg.pos_injection!r})"
-        )
-    timm_pooling = "cls" if "cls_token" in state_dict else "gap"
-    if cfg.pooling != timm_pooling:
-        raise ValueError(f"the timm weights use pooling {timm_pooling!r} but the model uses {cfg.pooling!r}")
+    encoding = "none" if timm_model.pos_embed is None else "learned_1d"
+    stem = "hybrid" if type(timm_model.patch_embed).__name__ == "HybridEmbed" else "patch"
+    wanted = {"pooling": pooling, "pos_encoding": encoding, "pos_injection": "stem", "stem": stem, "head": _head(timm_model)}
+    differ = [f"{k}={v!r} (model has {getattr(cfg, k)!r})" for k, v in wanted.items() if getattr(cfg, k) != v]
+    if differ:
+        raise ValueError(f"build the model to match the timm one: {', '.join(differ)}")
+    model.load_state_dict(_translate(model, timm_model, norm), strict=True)
+
+
+def _translate(model, timm_model: nn.Module, norm: str) -> dict[str, torch.Tensor]:
+    """timm's state dict under our names, checked against the model's shapes."""
     ours, unexpected = {}, []
-    for name, tensor in state_dict.items():
-        target = _rename(name)
+    for name, tensor in timm_model.state_dict().items():
+        target = _rename(name, norm)
         if target is None:
             unexpected.append(name)
+        elif name == "pos_embed":
+            table = tensor[0]  # (1, T, D) -> (T, D)
+            if timm_model.no_embed_class and timm_model.has_class_token:  # the class token gets no position
+                table = torch.cat([table.new_zeros(1, table.shape[1]), table])
+            ours[target] = table
         else:
-            ours[target] = tensor[0] if name == "pos_embed" else tensor  # (1, T, D) -> (T, D)
+            ours[target] = tensor
     if unexpected:
         raise ValueError(f"timm weights have parameters this ViT has no place for: {', '.join(unexpected[:5])}")
     expected = model.state_dict()
+    for key in set(expected) - set(ours):
+        if key.endswith(".bias") and key[: -len("bias")] + "weight" in ours:
+            ours[key] = torch.zeros_like(expected[key])  # a timm layer without a bias (qkv_bias=False) = a zero bias
     missing = sorted(set(expected) - set(ours))
     wrong = [f"{k} {tuple(v.shape)} vs {tuple(expected[k].shape)}" for k, v in ours.items() if k in expected and v.shape != expected[k].shape]
     if missing or wrong:
         raise ValueError(f"timm weights do not fit this ViT: missing {missing[:5]}, shape mismatch {wrong[:3]}")
-    model.load_state_dict(ours, strict=True)
+    return ours

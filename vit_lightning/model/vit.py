@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from vit_lightning.model.config import ViTConfig
-from vit_lightning.model.layers import Block
+from vit_lightning.model.layers import Block, init_dense
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import PositionEncoding
 from vit_lightning.model.stems import STEMS
@@ -34,7 +34,7 @@ class ViT(nn.Module):
         self.blocks = nn.ModuleList(
             Block(cfg.width, cfg.heads, cfg.mlp_dim, cfg.dropout, cfg.attn_dropout) for _ in range(cfg.depth)
         )
-        self.apply(_init_linear)
+        self.apply(init_dense)
         self.head = HEADS[cfg.head](cfg.width, cfg.num_classes)  # after the init: the last layer stays zero
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -84,16 +84,9 @@ class ViT(nn.Module):
             return [block.attn.probs for block in self.blocks]
 
     def no_weight_decay(self) -> set[str]:
-        """Names of parameters that should not be decayed: position tables and the [class] token."""
-        return {name for name, _ in self.named_parameters() if name.startswith("pos.") or name == "pool.token"}
+        """Names of parameters that should not be decayed: position tables, the [class] token, the pooling probe."""
+        return {n for n, _ in self.named_parameters() if n.startswith("pos.") or n in ("pool.token", "pool.probe")}
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-
-def _init_linear(module: nn.Module) -> None:
-    """Truncated-normal dense weights with zero biases; convs keep PyTorch's fan-in init."""
-    if isinstance(module, nn.Linear):
-        nn.init.trunc_normal_(module.weight, std=0.02)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)

@@ -18,7 +18,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="demo", help="which profile's runs to tabulate (default: demo)")
     p.add_argument("--runs", default="runs", help="local run root holding RUNS/ABLATION/PROFILE/*/results.json")
     p.add_argument("--out", default=None, help="output folder (default: results/ABLATION); records in OUT/records")
-    p.add_argument("--wandb", metavar="ENTITY/PROJECT/SWEEP_ID", help="also fetch the runs of this W&B sweep")
+    p.add_argument("--wandb", nargs="+", metavar="PATH",
+                   help="also fetch W&B runs: ENTITY/PROJECT/SWEEP_ID (a sweep; several allowed), or ENTITY/PROJECT "
+                        "(every run tagged with the ablation); a finished run's own record is never replaced by its "
+                        "W&B copy")
     p.add_argument("--metric", default=None,
                    help="record metric to tabulate instead of the ablation's own, e.g. val/fewshot5 (the paper's)")
     return p
@@ -43,11 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     new = collect(Path(args.runs), ab.name, args.profile, out / "records")
     if args.wandb:
         try:
-            new += fetch_wandb(args.wandb, ab.name, args.profile, out / "records")
+            fetched, skipped = fetch_wandb(args.wandb, ab.name, args.profile, out / "records")
         except Exception as e:  # no network, no API key, unknown sweep: one line, nothing half-built
-            print(f"vit-ablate table: could not fetch W&B sweep {args.wandb}: {str(e).splitlines()[0]}",
+            text = " ".join(str(e).split()) or type(e).__name__
+            print(f"vit-ablate table: could not fetch W&B runs of {' '.join(args.wandb)}: {text[:300]}",
                   file=sys.stderr)
             return 2
+        new += fetched
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
+        print(f"W&B: {len(fetched) + sum(skipped.values())} run(s) read, {len(fetched)} stored"
+              + (f", {sum(skipped.values())} skipped ({why})" if skipped else ""), file=sys.stderr)
     for path in build(ab, ab.profiles[args.profile], out):
         print(path)
     print(f"{len(new)} new or updated record(s) in {out / 'records'}", file=sys.stderr)

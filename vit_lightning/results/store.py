@@ -1,18 +1,20 @@
-"""Run records: collect them from runs/, keep them under results/, and fetch them from a W&B sweep."""
+"""Run records: collect them from runs/, keep them under results/, and fetch them from W&B sweeps or projects."""
 
 from __future__ import annotations
 
 import json
 import math
 import sys
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from vit_lightning.bookkeeping import RECORD, write_atomic
-from vit_lightning.identity import flatten, number
+from vit_lightning.bookkeeping import FINAL, RECORD, write_atomic
+from vit_lightning.identity import flatten, number, plain
 
-# W&B run state -> our record status (W&B has no "diverged"; see from_wandb_run)
+SUMMARY_FIELDS = ("status", "trial", "started_at", "finished_at", "error")  # record fields a run mirrors to W&B
+# W&B run state -> our record status, for runs whose summary has no final status (W&B has no "diverged")
 WANDB_STATES = {"finished": "completed", "running": "running", "pending": "running",
                 "crashed": "failed", "failed": "failed", "killed": "failed",
                 "preempting": "failed", "preempted": "failed"}
@@ -35,8 +37,13 @@ def record_time(record: dict) -> float:
     return max(times)
 
 
+def rank(record: dict) -> tuple:
+    """Which of two records of one run to keep: a finished one, then the run's own (not a W&B copy), then the newer."""
+    return record.get("status") in FINAL, record.get("source") != "wandb", record_time(record)
+
+
 def store(records_dir: Path, record: dict, data: bytes | None = None) -> bool:
-    """Save a record as records_dir/<name>.json unless the stored one is as new; True if written."""
+    """Save a record as records_dir/<name>.json unless the stored one ranks as high; True if written."""
     name = str(record.get("name", ""))
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"run record has a bad name {name!r}")
@@ -45,7 +52,7 @@ def store(records_dir: Path, record: dict, data: bytes | None = None) -> bool:
         stored = json.loads(dest.read_text()) if dest.exists() else None
     except ValueError:
         stored = None  # a truncated copy: the run's own record replaces it
-    if isinstance(stored, dict) and record_time(stored) >= record_time(record):
+    if isinstance(stored, dict) and rank(stored) >= rank(record):
         return False
     write_atomic(dest, data if data is not None else dump(record))
     return True
@@ -102,22 +109,27 @@ def _history(rows: Iterable[dict]) -> list[dict]:
 
 
 def from_wandb_run(run: Any, ablation: str, profile: str, sweep_id: str | None = None) -> dict:
-    """Map a wandb.apis.public.Run (config, summary, history) to our run record schema."""
+    """Map a wandb.apis.public.Run (config, summary, history) to our run record schema.
+
+    `fit` mirrors its record into the run's summary (wandb_run.summary): the metrics, compute/* facts,
+    status, trial id and times; runs logged otherwise fall back on W&B's own state and timestamps.
+    """
     config = flatten(dict(run.config))
-    summary = {k: v for k, v in dict(run.summary_metrics).items() if not str(k).startswith("_")}
+    raw = dict(run.summary_metrics)
+    summary = {k: v for k, v in raw.items() if not str(k).startswith("_") and k not in SUMMARY_FIELDS}
     numbers = {k: number(v) for k, v in summary.items() if number(v) is not None}
     metrics = {k: v for k, v in numbers.items() if not k.startswith("compute/")}
     diverged = any(not math.isfinite(v) for k, v in metrics.items() if "loss" in k)
     metrics = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}  # keep the JSON strict
-    compute = {k.split("/", 1)[1]: v for k, v in numbers.items() if k.startswith("compute/")}
-    if "_runtime" in run.summary_metrics:
-        compute.setdefault("wall_s", number(run.summary_metrics["_runtime"]))
-    status = WANDB_STATES.get(str(run.state).lower(), "failed")
+    compute = {k.split("/", 1)[1]: plain(v) for k, v in summary.items() if k.startswith("compute/")}
+    if "_runtime" in raw:
+        compute.setdefault("wall_s", number(raw["_runtime"]))
+    status = raw.get("status") if raw.get("status") in FINAL else WANDB_STATES.get(str(run.state).lower(), "failed")
     if status == "completed" and diverged:
         status = "diverged"
     return {
         "schema": 1,
-        "name": run.name or run.id,
+        "name": raw.get("trial") or run.name or run.id,
         "ablation": config.get("run.ablation", ablation),
         "profile": config.get("run.profile", profile),
         "status": status,
@@ -127,23 +139,40 @@ def from_wandb_run(run: Any, ablation: str, profile: str, sweep_id: str | None =
         "compute": compute,
         "versions": {},
         "wandb": {"run_id": run.id, "sweep_id": sweep_id, "project": run.project},
-        "error": None if status != "failed" else f"W&B state {run.state}",
-        "started_at": getattr(run, "created_at", None),
-        "finished_at": getattr(run, "heartbeat_at", None) if status != "running" else None,
+        "error": None if status != "failed" else raw.get("error") or f"W&B state {run.state}",
+        "started_at": raw.get("started_at") or getattr(run, "created_at", None),
+        "finished_at": (raw.get("finished_at") or getattr(run, "heartbeat_at", None)) if status != "running" else None,
+        "source": "wandb",
     }
 
 
-def fetch_wandb(sweep_path: str, ablation: str, profile: str, records_dir: Path, api: Any = None) -> list[str]:
-    """Store every run of a W&B sweep ENTITY/PROJECT/SWEEP_ID into records_dir; names written."""
-    if sweep_path.count("/") != 2:
-        raise ValueError(f"--wandb wants ENTITY/PROJECT/SWEEP_ID, got {sweep_path!r}")
+def wandb_runs(path: str, ablation: str, api: Any) -> list[tuple[Any, str | None]]:
+    """(run, sweep id) of ENTITY/PROJECT/SWEEP_ID, or of the runs of ENTITY/PROJECT tagged with the ablation."""
+    parts = path.split("/")
+    if len(parts) == 3:
+        return [(run, parts[2]) for run in api.sweep(path).runs]
+    return [(run, getattr(run, "sweep_name", None)) for run in api.runs(path, filters={"tags": {"$in": [ablation]}})]
+
+
+def fetch_wandb(paths: list[str], ablation: str, profile: str, records_dir: Path,
+                api: Any = None) -> tuple[list[str], Counter]:
+    """Store the runs of W&B sweeps or projects into records_dir; the names written, and why others were skipped."""
+    for path in paths:
+        if path.count("/") not in (1, 2) or not all(path.split("/")):
+            raise ValueError(f"--wandb wants ENTITY/PROJECT/SWEEP_ID or ENTITY/PROJECT, got {path!r}")
     if api is None:
         import wandb
 
         api = wandb.Api()
-    written = []
-    for run in api.sweep(sweep_path).runs:
-        record = from_wandb_run(run, ablation, profile, sweep_path.rsplit("/", 1)[1])
-        if record["ablation"] == ablation and record["profile"] == profile and store(records_dir, record):
-            written.append(record["name"])
-    return sorted(written)
+    written, skipped = [], Counter()
+    for path in paths:
+        for run, sweep_id in wandb_runs(path, ablation, api):
+            record = from_wandb_run(run, ablation, profile, sweep_id)
+            if record["ablation"] != ablation or record["profile"] != profile:
+                skipped["another ablation or profile"] += 1
+            elif store(records_dir, record):
+                written.append(record["name"])
+            else:
+                kept = json.loads((records_dir / f"{record['name']}.json").read_text())
+                skipped["the run's own record is kept" if kept.get("source") != "wandb" else "already stored"] += 1
+    return sorted(written), skipped

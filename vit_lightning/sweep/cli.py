@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from vit_lightning.identity import TRIAL_KEY
 from vit_lightning.sweep import local, supervise, trials, validate, wandb_backend, yamls
 from vit_lightning.sweep.validate import SweepError
 
@@ -20,7 +21,8 @@ examples:
   vit-ablate sweep cls_vs_gap --profile cifar10 --parallel 4          # 4 trials at once, 1/4 of the GPUs each
   vit-ablate sweep sweeps/patch_size-demo.yaml --set trainer.max_epochs=1
   vit-ablate sweep pos_encoding --profile imagenet --backend wandb --gpus-per-agent 8
-backend auto: wandb when W&B credentials exist (WANDB_API_KEY or a netrc entry), else local.
+  vit-ablate sweep pos_encoding --profile imagenet --backend wandb --gpus-per-agent 2 --agents 4 --print-sbatch > job.sh
+backend auto: wandb when W&B credentials exist (WANDB_API_KEY, or `wandb login [--host URL]`), else local.
 GPU profiles set trainer.devices=auto: a trial uses every GPU of its group (--parallel / --gpus-per-agent).
 """
 
@@ -37,6 +39,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=positive, help="at most N trials (random sweeps need this or run_cap)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed of a local random sweep")
     p.add_argument("--ablations-dir", type=Path, metavar="DIR", help="also load ablations from DIR/<name>.py")
+    p.add_argument("--trial-config", type=int, metavar="N",
+                   help="print trial N's full fit config (YAML for `vit-ablate fit --config`, e.g. under srun); "
+                        "run nothing")
     local_ = p.add_argument_group("local backend")
     local_.add_argument("--parallel", type=positive, default=1, metavar="K",
                         help="K trials at once, each on 1/K of the visible GPUs (or of the CPU threads)")
@@ -49,8 +54,8 @@ def parser() -> argparse.ArgumentParser:
     remote.add_argument("--stagger", type=float, default=5.0, metavar="S", help="seconds between agent starts")
     remote.add_argument("--sweep-id", action="append", default=[], metavar="ID",
                         help="join existing sweep(s) [ENTITY/PROJECT/]ID instead of creating them (other nodes)")
-    remote.add_argument("--print-agent-cmd", action="store_true",
-                        help="create the sweeps, print one agent command per GPU group (for sbatch), start nothing")
+    remote.add_argument("--print-sbatch", action="store_true",
+                        help="find or create the sweeps, print a job script whose agents join them; start nothing")
     return p
 
 
@@ -135,10 +140,10 @@ def prepare(args) -> list[dict]:
     return prepared
 
 
-def checked_trials(configs: list[dict], args) -> list[trials.Trial]:
-    """All trials, each checked as fit would check it (types, choices, model shapes) before any runs."""
+def checked_trials(configs: list[dict], args, gpus: int = 0) -> list[trials.Trial]:
+    """All trials, each seeing `gpus` GPUs, checked as fit would check them (types, choices, shapes) before any runs."""
     try:
-        all_trials = trials.build(configs, count=args.count, seed=args.seed)
+        all_trials = trials.build(configs, count=args.count, seed=args.seed, gpus=gpus)
     except ValueError as err:
         raise SweepError(str(err)) from None
     swept = trials.swept_keys(all_trials)
@@ -151,30 +156,70 @@ def checked_trials(configs: list[dict], args) -> list[trials.Trial]:
     return all_trials
 
 
-def run_local(all_trials: list[trials.Trial], args) -> int:
-    gpus = supervise.visible_gpus() if args.parallel > 1 else []
+def local_groups(args) -> list[list[str]]:
+    """The local backend's GPU group per slot: --parallel K splits the visible GPUs."""
     try:
-        slots = supervise.slot_envs(supervise.split_gpus(gpus, groups=args.parallel))
+        return supervise.split_gpus(supervise.visible_gpus(), groups=args.parallel)
     except ValueError as err:
         raise SweepError(f"--parallel {args.parallel}: {err}") from None
+
+
+def run_local(all_trials: list[trials.Trial], groups: list[list[str]], args) -> int:
+    slots = supervise.slot_envs(groups)
     return local.Runner(all_trials, slots, retry_failed=args.retry_failed).run()
 
 
 def run_wandb(configs: list[dict], args) -> int:
-    checked_trials([c for c in configs if c.get("method") == "grid"], args)  # check every grid trial first
+    """Join (or create) the W&B sweeps and run agents on this machine's GPU groups, or print a job script doing so."""
     try:
         groups = supervise.split_gpus(supervise.visible_gpus(), groups=args.agents, per_group=args.gpus_per_agent)
     except ValueError as err:
         raise SweepError(f"--agents/--gpus-per-agent: {err}") from None
+    checked_trials([c for c in configs if c.get("method") == "grid"], args, gpus=len(groups[0]))  # checked first
     wandb_backend.check_devices(configs, len(groups[0]))
-    if not args.sweep_id and not wandb_backend.has_credentials():
-        raise SweepError("the wandb backend needs W&B credentials: run `wandb login` or set WANDB_API_KEY")
-    paths = args.sweep_id or wandb_backend.create_sweeps(configs, args.project, args.entity)
-    agents = wandb_backend.agent_commands(paths, groups, args.count, wandb_backend.wandb_command(),
-                                          forward_signals=wandb_backend.agent_forwards_signals())
-    if args.print_agent_cmd:
-        return print_lines([agent.shell() for agent in agents])
+    if not wandb_backend.has_credentials():
+        raise SweepError("the wandb backend needs W&B credentials: run `wandb login` (self-hosted W&B: "
+                         "`wandb login --host URL`) or set WANDB_API_KEY")
+    try:
+        paths = args.sweep_id or wandb_backend.find_or_create_sweeps(configs, args.project, args.entity)
+    except Exception as err:  # unreachable server, refused key, unknown entity: one line, nothing started
+        text = " ".join(str(err).split()) or type(err).__name__
+        raise SweepError(f"W&B could not find or create the sweeps: {text[:300]}") from None
+    if args.print_sbatch:
+        gpus = (args.agents or 1) * (args.gpus_per_agent or 1) if uses_gpus(configs) else 0
+        name = "vit-" + "-".join(Path(t).stem for t in args.targets) + (f"-{args.profile}" if args.profile else "")
+        return print_lines([wandb_backend.sbatch_script(job_argv(args, paths), name, gpus)])
+    agents = wandb_backend.agent_commands(paths, groups, args.count, wandb_backend.wandb_command())
     return wandb_backend.run_agents(agents, args.stagger)
+
+
+def uses_gpus(configs: list[dict]) -> bool:
+    """Some sweep trains on GPUs (its trainer.accelerator is not cpu)."""
+    return any(c["parameters"].get("trainer.accelerator", {}).get("value") != "cpu" for c in configs)
+
+
+def job_argv(args, paths: list[str]) -> list[str]:
+    """The `vit-ablate sweep` command a job script runs: these sweeps by id, the same settings, GPUs found when run."""
+    argv = [*wandb_backend.vit_ablate_command(), "sweep", *args.targets, "--backend", "wandb",
+            "--project", args.project]
+    entity = args.entity or (paths[0].split("/")[0] if paths and paths[0].count("/") == 2 else None)
+    options = [("--profile", args.profile), ("--entity", entity), ("--agents", args.agents),
+               ("--gpus-per-agent", args.gpus_per_agent), ("--count", args.count),
+               ("--ablations-dir", args.ablations_dir and args.ablations_dir.resolve())]
+    argv += [str(x) for key, value in options if value is not None for x in (key, value)]
+    argv += [x for path in paths for x in ("--sweep-id", path)]
+    argv += [x for override in args.overrides for x in ("--set", override)]
+    return argv
+
+
+def print_trial_config(all_trials: list[trials.Trial], number: int) -> int:
+    """Print one trial's full `vit-ablate fit` config; without a run name, so fit names it by its own world size."""
+    from vit_lightning import train
+
+    if not 1 <= number <= len(all_trials):
+        raise SweepError(f"--trial-config {number}: the sweep has trials 1 to {len(all_trials)} (see --dry-run)")
+    argv = [arg for arg in all_trials[number - 1].args if not arg.startswith(f"--{TRIAL_KEY}=")]
+    return train.main([*argv, "--print_config"])
 
 
 def print_lines(lines: list[str]) -> int:
@@ -191,14 +236,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         configs = prepare(args)
+        if args.trial_config is not None:
+            return print_trial_config(checked_trials(configs, args), args.trial_config)
         backend = args.backend
         if backend == "auto":
             backend = "wandb" if wandb_backend.has_credentials() and not args.dry_run else "local"
         if args.dry_run or backend == "local":
-            all_trials = checked_trials(configs, args)
+            groups = local_groups(args)
+            all_trials = checked_trials(configs, args, gpus=len(groups[0]))
             if args.dry_run:
                 return print_lines([t.shell() for t in all_trials])
-            return run_local(all_trials, args)
+            return run_local(all_trials, groups, args)
         return run_wandb(configs, args)
     except SweepError as err:
         print(f"vit-ablate sweep: error: {err}", file=sys.stderr)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vit_lightning.bookkeeping import RECORD
-from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, run_name
+from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, run_name, world_size
 from vit_lightning.sweep.expand import expand, render_args
 
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]  # W&B's default
@@ -23,7 +23,7 @@ class Trial:
     """One run of a sweep: its parameters, its id, `${args}` and full command line (both carrying the id)."""
 
     params: dict[str, Any]
-    id: str  # identity.run_name(params): fit names the run directory with it and writes it into results.json
+    id: str  # identity.run_name(params, world size): fit names the run dir with it and writes it into results.json
     args: tuple[str, ...]
     command: tuple[str, ...]  # as the agent would run it (without the `/usr/bin/env` prefix)
 
@@ -79,12 +79,15 @@ def executable(command: tuple[str, ...]) -> list[str]:
     return list(command)
 
 
-def build(configs: list[dict], count: int | None = None, seed: int = 0) -> list[Trial]:
-    """Every trial of the sweeps, in order, each distinct run once; each is handed its id as `--run.trial`."""
+def build(configs: list[dict], count: int | None = None, seed: int = 0, gpus: int = 0) -> list[Trial]:
+    """Every trial of the sweeps, in order, each distinct run once; each is handed its id as `--run.trial`.
+
+    `gpus`: how many GPUs each trial will see (its slot's group), which decides `trainer.devices=auto`.
+    """
     trials: dict[Path, Trial] = {}
     for config in configs:
         for params in expand(config, count=count, seed=seed):
-            given = {**params, TRIAL_KEY: run_name(params)}
+            given = {**params, TRIAL_KEY: run_name(params, world_size(params, gpus))}
             trial = Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)))
             trials.setdefault(trial.run_dir.resolve(), trial)  # `runs` and `$PWD/runs` are one directory
     return list(trials.values())

@@ -1,8 +1,8 @@
-"""W&B backend: create the sweep(s) on the server and run `wandb agent` processes, one per GPU group.
+"""W&B backend: find or create the sweep(s) on the server and run `wandb agent` processes, one per GPU group.
 
 Each agent gets its own CUDA_VISIBLE_DEVICES group, split as the local backend splits its slots;
 the GPU profiles set trainer.devices=auto, so every trial uses all GPUs of its agent's group (DDP
-when more than one). The agents are started and stopped by the local backend's supervisor. An 8-GPU node
+when more than one). The agents are started and stopped by the shared supervisor. An 8-GPU node
 runs 8 agents of 1 GPU (default), 4 agents of 2 (`--gpus-per-agent 2`) or 1 agent of 8.
 When an ablation needs several grid sweeps, each agent works through them in order.
 """
@@ -14,10 +14,17 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from vit_lightning.bookkeeping import wandb_credentials
+from vit_lightning.identity import normalize
 from vit_lightning.sweep.supervise import Supervisor, slot_envs
 from vit_lightning.sweep.validate import SweepError
+
+# What makes Lightning take a process for one task that `srun` started (SLURMEnvironment.detect). Inside an
+# allocation the agents start their trials themselves, and each trial's DDP ranks are Lightning's to start.
+SLURM_TASK_VARS = ("SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_NPROCS")
+SWEEP_KEYS = ("name", "method", "metric", "command", "parameters")  # what makes two sweeps the same
 
 
 @dataclass(frozen=True)
@@ -28,25 +35,36 @@ class Agent:
     env: dict[str, str]
 
     def shell(self) -> str:
-        """A copy-pasteable line (e.g. for an sbatch script)."""
+        """The slot as one readable line (for the log)."""
         prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        body = "; ".join(shlex.join(c) for c in self.commands)  # each sweep in turn, whatever the last one did
-        return f"{prefix} {body}".strip() if len(self.commands) == 1 else f"{prefix} sh -c {shlex.quote(body)}".strip()
+        return f"{prefix} {'; '.join(shlex.join(c) for c in self.commands)}".strip()
 
 
-def has_credentials(env: dict | None = None, netrc_path: str | Path | None = None) -> bool:
-    """True when W&B is on and can log in without asking (WANDB_API_KEY, or a netrc entry for its host)."""
-    env = os.environ if env is None else env
-    if env.get("WANDB_MODE") in ("disabled", "offline", "dryrun"):
+def has_credentials() -> bool:
+    """True when W&B is on and can log in without asking (see bookkeeping.wandb_credentials)."""
+    if os.environ.get("WANDB_MODE") in ("disabled", "offline", "dryrun"):
         return False
-    return wandb_credentials(env, netrc_path)
+    return wandb_credentials()
+
+
+def agent_env(base: Mapping[str, str], overlay: Mapping[str, str]) -> dict[str, str]:
+    """The environment of one agent (and so of its trials): `base` plus its slot's overlay.
+
+    This environment's bin folder comes first on PATH, so the sweep command's `vit-ablate` (and `python`)
+    resolve to this installation without an activated venv; a SLURM allocation's task layout is removed,
+    so Lightning starts each trial's DDP processes itself instead of waiting for `srun` to have started them.
+    """
+    env = {k: v for k, v in base.items() if k not in SLURM_TASK_VARS}
+    here = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([here, *(p for p in base.get("PATH", "").split(os.pathsep) if p and p != here)])
+    return {**env, **overlay}
 
 
 def agent_commands(sweep_paths: list[str], groups: list[list[str]], count: int | None = None,
-                   wandb_cmd: tuple[str, ...] = ("wandb",), forward_signals: bool = True) -> list[Agent]:
+                   wandb_cmd: tuple[str, ...] = ("wandb",)) -> list[Agent]:
     """The agents to start: each runs `wandb agent [--count N] ENTITY/PROJECT/ID` for every sweep, pinned to its group."""
     # --forward-signals: the agent relays our SIGINT/SIGTERM to its run (which sits in its own process group)
-    extra = (("--forward-signals",) if forward_signals else ()) + (("--count", str(count)) if count else ())
+    extra = ("--forward-signals",) + (("--count", str(count)) if count else ())
     commands = tuple((*wandb_cmd, "agent", *extra, path) for path in sweep_paths)
     return [Agent(commands, env) for env in slot_envs(groups)]
 
@@ -65,30 +83,59 @@ def check_devices(configs: list[dict], group_size: int) -> None:
                 )
 
 
-def create_sweeps(configs: list[dict], project: str, entity: str | None) -> list[str]:
-    """Create each sweep on the W&B server; return their ENTITY/PROJECT/ID paths."""
+def same_sweep(server: Mapping[str, Any], ours: Mapping[str, Any]) -> bool:
+    """A sweep on the server runs exactly our sweep config (name, method, metric, command, parameters)."""
+    return all(normalize(server.get(key)) == normalize(ours.get(key)) for key in SWEEP_KEYS)
+
+
+def find_or_create_sweeps(configs: list[dict], project: str, entity: str | None, api: Any = None) -> list[str]:
+    """ENTITY/PROJECT/ID of each sweep: the project's existing sweep with the same config, else a new one.
+
+    So running the same command again (another node, a requeued job) joins the sweeps instead of
+    starting them over; a changed setting (`--set`) is a new sweep.
+    """
     import wandb
 
+    api = api or wandb.Api()
+    entity = entity or api.default_entity  # explicit in every path we hand out
+    try:
+        existing = list(api.project(project, entity=entity).sweeps())
+    except ValueError:  # no such project yet
+        existing = []
     paths = []
     for config in configs:
-        sweep_id = wandb.sweep(config, project=project, entity=entity)
-        paths.append("/".join(p for p in (entity, project, sweep_id) if p))
+        match = next((sweep for sweep in existing if same_sweep(sweep.config, config)), None)
+        sweep_id = match.id if match else wandb.sweep(config, project=project, entity=entity)
+        paths.append("/".join(part for part in (entity, project, sweep_id) if part))
     return paths
-
-
-def agent_forwards_signals() -> bool:
-    """Whether this wandb's `wandb agent` has --forward-signals (newer releases only)."""
-    try:
-        from wandb.cli.cli import agent
-    except ImportError:
-        return False
-    return any(p.name == "forward_signals" for p in agent.params)
 
 
 def wandb_command() -> tuple[str, ...]:
     """`wandb` from this environment (the script next to python), else `python -m wandb`."""
     script = Path(sys.executable).with_name("wandb")
     return (str(script),) if script.exists() else (sys.executable, "-m", "wandb")
+
+
+def vit_ablate_command() -> tuple[str, ...]:
+    """`vit-ablate` from this environment, by absolute path (a job script runs without an activated venv)."""
+    script = Path(sys.executable).with_name("vit-ablate")
+    return (str(script),) if script.exists() else (sys.executable, "-m", "vit_lightning.cli")
+
+
+def sbatch_script(sweep_argv: list[str], job_name: str, gpus: int) -> str:
+    """A job script for `sbatch`: one node whose agents join the sweeps; `sbatch --array=1-N` for N nodes.
+
+    `sweep_argv` is the `vit-ablate sweep` command it runs; the GPU groups are taken from the job's own
+    allocation when it starts. SIGTERM two minutes before the time limit stops the trials while they can
+    still checkpoint, so W&B requeues them for the next agent; --requeue puts a preempted job back in the queue.
+    """
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={job_name}", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1"]
+    if gpus:
+        lines.append(f"#SBATCH --gpus-per-node={gpus}")
+    lines += ["#SBATCH --time=24:00:00", "#SBATCH --signal=B:TERM@120", "#SBATCH --requeue",
+              "# Every job (and array task) of this script joins the same W&B sweeps, each on its own node.",
+              f"cd {shlex.quote(os.getcwd())}", f"exec {shlex.join(sweep_argv)}"]
+    return "\n".join(lines)
 
 
 def run_agents(agents: list[Agent], stagger_s: float = 5.0, log=None) -> int:
@@ -102,10 +149,11 @@ def run_agents(agents: list[Agent], stagger_s: float = 5.0, log=None) -> int:
         if not supervisor.sleep(k * stagger_s):  # agents asking the server at the same instant get the same run
             return
         for command in agent.commands:
-            proc = supervisor.start(list(command), {**os.environ, **agent.env})
+            proc = supervisor.start(list(command), agent_env(os.environ, agent.env))
             if proc is None:
                 return
-            log(f"[agent {k}] {agent.shell() if len(agent.commands) == 1 else shlex.join(command)}")
+            pinned = [f"{key}={value}" for key, value in agent.env.items()]
+            log(f"[agent {k}] " + " ".join([*pinned, shlex.join(command)]))
             codes.append(supervisor.wait(proc))
 
     supervisor.run(len(agents), slot)

@@ -42,7 +42,8 @@ def render(ablation: Ablation, stem: str, config: dict) -> str:
         f"{MARKER} from ablations/{ablation.name}.py; do not edit by hand.",
         f"# {ablation.title}: {ablation.source}.",
         f"# Local (no account):  vit-ablate sweep sweeps/{stem}.yaml",
-        f"# W&B:                 wandb sweep --project vit-lightning sweeps/{stem}.yaml  then  wandb agent ID",
+        f"# W&B:                 vit-ablate sweep sweeps/{stem}.yaml --backend wandb",
+        f"#   (by hand, in the activated venv: wandb sweep sweeps/{stem}.yaml, then wandb agent --forward-signals ID)",
     ]
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=None, width=1000, allow_unicode=True)
     return "\n".join(header) + "\n" + body

@@ -1,0 +1,201 @@
+"""Where a demo trial's time goes: start-up, training compute, Lightning's step overhead, validation,
+checkpointing, logging; and a plain PyTorch loop doing the same epoch, for comparison.
+
+Run (one thread, as a sweep trial runs):
+    OMP_NUM_THREADS=1 python benchmarks/trial_split.py [--epochs 12] [--plain-epochs 3] [extra fit options]
+
+Every part is timed around the function that does it, inside one `vit-ablate fit` run of the demo
+profile, in CPU seconds of this process (time.process_time; one thread): on a shared machine other
+people's work then inflates the parts alike instead of whichever ran while the machine was busiest.
+`--clock wall` times wall seconds (time.perf_counter) instead, for an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+CLOCK = time.process_time
+SECONDS: dict[str, float] = defaultdict(float)
+CALLS: dict[str, int] = defaultdict(int)
+
+
+ACTIVE: dict[str, int] = defaultdict(int)
+
+
+def timed(owner, name: str, key, group: str | None = None) -> None:
+    """Wrap owner.name so that its time adds to SECONDS[key]; calls nested in a call of the same group count once.
+
+    `key` is a name, or a function of the call's arguments that returns one.
+    """
+    original = getattr(owner, name)
+    group = group or f"{owner}.{name}"
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        if ACTIVE[group]:
+            return original(*args, **kwargs)
+        ACTIVE[group] += 1
+        start = CLOCK()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            label = key(*args) if callable(key) else key
+            SECONDS[label] += CLOCK() - start
+            CALLS[label] += 1
+            ACTIVE[group] -= 1
+
+    setattr(owner, name, wrapper)
+
+
+MODE = {True: " (train)", False: " (eval)"}
+DEMO = ["--data.batch_size=32", "--data.name=mnist5k", "--data.random_crop=False", "--model.lr=0.002",
+        "--model.patch_size=7", "--model.pos_encoding=learned_1d", "--model.pos_injection=stem", "--model.variant=micro",
+        "--model.warmup_epochs=1", "--run.ablation=split", "--run.profile=demo", "--seed_everything=0",
+        "--trainer.accelerator=cpu", "--trainer.devices=1", "--run.wandb=off"]
+
+
+def instrument() -> None:
+    """Time the parts of a fit that are not the training step itself."""
+    import lightning.pytorch as pl
+    import torch
+    import torchmetrics
+    from torchmetrics.classification.stat_scores import MulticlassStatScores
+    from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+    from lightning.pytorch.plugins.precision.precision import Precision
+
+    from vit_lightning import data, module, record, train
+    from vit_lightning.model import vit
+
+    timed(train.FitCLI, "__init__", "start-up: parse options, build data module, model, trainer")
+    timed(module.ViTClassifier, "__init__", "start-up: build the model")
+    timed(data.ViTDataModule, "setup", "start-up: load the data")
+    timed(record, "gflops_per_image", "start-up: count GFLOPs")
+    timed(pl.Trainer, "_run_sanity_check", "start-up: sanity validation")
+    timed(pl.Trainer, "fit", "fit (everything after the trainer exists)")
+    timed(_TrainingEpochLoop, "run", "epochs (train + validation)")
+    timed(_EvaluationLoop, "run", "validation loops (incl. sanity)")
+    timed(pl.Trainer, "save_checkpoint", "checkpointing")
+    timed(record, "write_record", "record writes")
+    timed(train.EpochPrinter, "on_train_epoch_end", "progress printing")
+    timed(pl.LightningModule, "log", lambda module, *_: "self.log" + MODE[module.training])
+    # update before the instances wrap it; an update inside forward counts once
+    timed(torchmetrics.Metric, "forward", lambda metric, *_: "torchmetrics" + MODE[metric.training], "metrics")
+    timed(MulticlassStatScores, "update", lambda metric, *_: "torchmetrics" + MODE[metric.training], "metrics")
+    timed(vit.ViT, "forward", lambda model, *_: "model forward" + MODE[model.training])
+    timed(pl.LightningModule, "backward", "backward")
+    timed(importlib.import_module("torch.optim.adam"), "adam", "optimizer update")
+    timed(Precision, "clip_gradients", "gradient clipping")
+    timed(data.BatchCollate, "__call__", "batch collate")
+
+
+def plain_epochs(epochs: int, fused: bool) -> tuple[float, float]:
+    """Seconds per epoch of a bare PyTorch loop (train, then validation) on the same model, data and optimizer."""
+    import torch
+    import torch.nn.functional as F
+
+    from vit_lightning.data import ViTDataModule
+    from vit_lightning.module import ViTClassifier, _lr_factor
+
+    torch.manual_seed(0)
+    dm = ViTDataModule(name="mnist5k", batch_size=32, random_crop=False)
+    dm.setup()
+    model = ViTClassifier(patch_size=7, img_size=28, in_chans=1, num_classes=10, lr=0.002).model
+    opt = torch.optim.AdamW(model.parameters(), lr=0.002, weight_decay=0.05, fused=fused)
+    train, val = dm.train_dataloader(), dm.val_dataloader()
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_factor("cosine", len(train), len(train) * epochs))
+    t_train = t_val = 0.0
+    for _ in range(epochs):
+        start = CLOCK()
+        model.train()
+        for x, y in train:
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+        mid = CLOCK()
+        model.eval()
+        correct = 0
+        with torch.no_grad():
+            for x, y in val:
+                correct += (model(x).argmax(1) == y).sum().item()
+        t_train += mid - start
+        t_val += CLOCK() - mid
+    return t_train / epochs, t_val / epochs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--plain-epochs", type=int, default=3)
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    args, extra = parser.parse_known_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    import_start = CLOCK()
+    from vit_lightning import train  # everything `vit-ablate fit` imports
+
+    imports = CLOCK() - import_start
+    instrument()
+    with tempfile.TemporaryDirectory() as root:
+        fit_start = CLOCK()
+        train.main([*DEMO, f"--trainer.max_epochs={args.epochs}", f"--run.root={root}", *extra])
+        trial = CLOCK() - fit_start + imports
+    report(imports, trial, args.epochs)
+    lightning_epoch = SECONDS["epochs (train + validation)"] / args.epochs
+    for fused in (False, True) if args.plain_epochs else ():
+        tr, va = plain_epochs(args.plain_epochs, fused)
+        print(f"plain PyTorch loop ({'fused' if fused else 'unfused'} AdamW), one epoch: train {tr:.2f} s + "
+              f"validation {va:.2f} s = {tr + va:.2f} s; the trial's epoch ({lightning_epoch:.2f} s) is "
+              f"{lightning_epoch / (tr + va):.2f}x that")
+    return 0
+
+
+def report(imports: float, trial: float, epochs: int) -> None:
+    s = SECONDS
+    sanity = s["start-up: sanity validation"]
+    validation = s["validation loops (incl. sanity)"] - sanity
+    epochs_total = s["epochs (train + validation)"]
+    train_loop = epochs_total - validation
+    compute = s["model forward (train)"] + s["backward"] + s["optimizer update"] + s["gradient clipping"]
+    rows = [
+        ("imports", imports),
+        ("options, data module, model, trainer", s["start-up: parse options, build data module, model, trainer"]),
+        ("  of which: build the model", s["start-up: build the model"]),
+        ("load the data", s["start-up: load the data"]),
+        ("count GFLOPs", s["start-up: count GFLOPs"]),
+        ("sanity validation", sanity),
+        ("training, all epochs", train_loop),
+        ("  forward + backward + clip + update", compute),
+        ("  self.log calls", s["self.log (train)"]),
+        ("  torchmetrics", s["torchmetrics (train)"]),
+        ("  batch collate", s["batch collate"]),
+        ("  the rest (Lightning loop, hooks)", train_loop - compute - sum(
+            s[k] for k in ("self.log (train)", "torchmetrics (train)", "batch collate"))),
+        ("validation, all epochs", validation),
+        ("  of which model forward", s["model forward (eval)"] - s["start-up: count GFLOPs"]),
+        ("  of which self.log and torchmetrics", s["self.log (eval)"] + s["torchmetrics (eval)"]),
+        ("checkpointing", s["checkpointing"]),
+        ("record writes", s["record writes"]),
+        ("progress printing", s["progress printing"]),
+    ]
+    fit_parts = ("start-up: load the data", "start-up: count GFLOPs", "start-up: sanity validation",
+                 "epochs (train + validation)", "checkpointing", "record writes", "progress printing")
+    rows.append(("other Lightning set-up, teardown, hooks", s["fit (everything after the trainer exists)"] - sum(s[k] for k in fit_parts)))
+    print(f"\n{'part':<42}{'seconds':>9}{'share':>8}")
+    for name, sec in rows:
+        print(f"{name:<42}{sec:>9.2f}{sec / trial:>8.1%}")
+    print(f"{'whole trial':<42}{trial:>9.2f}{1:>8.1%}   ({epochs} epochs; per epoch: train {train_loop / epochs:.2f} s, "
+          f"validation {validation / epochs:.2f} s)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The W&B side of `vit-ablate fit`: whether it logs, its WandbLogger, and what each run tells W&B.
+
+Lightning's WandbLogger creates the run on rank 0 only. `WandbSummary` mirrors the run record into
+that run (the sweep metric every epoch and in the summary, the compute facts, the status), so W&B's
+sweep view and `vit-ablate table --wandb` see what results.json holds. Under a `wandb agent`, a trial
+stopped by SIGTERM or SIGINT marks its run preempting, so W&B requeues it; the requeued trial gets
+the same W&B run id and resumes it from the trial's last.ckpt, continuing the same W&B history.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import yaml
+from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from vit_lightning.ablation import METRIC as SWEEP_METRIC  # every ablation's sweep metric
+from vit_lightning.bookkeeping import FINAL, wandb_credentials
+from vit_lightning.record import RunRecord, read_record
+
+MODES = ("auto", "online", "offline", "off")
+
+
+def under_agent() -> bool:
+    """This process runs a trial a `wandb agent` started (the agent sets WANDB_SWEEP_ID)."""
+    return bool(os.environ.get("WANDB_SWEEP_ID"))
+
+
+def mode(choice: str) -> str | None:
+    """auto: on under a W&B agent or with credentials; offline when there are no credentials; None = off."""
+    if choice in ("online", "offline"):
+        return choice
+    if choice == "off" or os.environ.get("WANDB_MODE") == "disabled":
+        return None
+    credentials = wandb_credentials()
+    if not (under_agent() or credentials):
+        return None
+    return "online" if credentials and os.environ.get("WANDB_MODE") not in ("offline", "dryrun") else "offline"
+
+
+def sweep_params() -> dict[str, Any] | None:
+    """The parameters a W&B agent handed this trial (its WANDB_SWEEP_PARAM_PATH file); None outside an agent."""
+    path = os.environ.get("WANDB_SWEEP_PARAM_PATH")
+    if not (under_agent() and path):
+        return None
+    try:
+        data = yaml.safe_load(Path(path).read_text())  # {wandb_version: 1, key: {value: v}, ...}
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {k: v["value"] for k, v in data.items() if isinstance(v, dict) and "value" in v}
+
+
+def logger(directory: Path, config: dict) -> WandbLogger | None:
+    """Lightning's WandbLogger for this run (it creates the W&B run on rank 0 only), or None when W&B is off.
+
+    An interrupted run continues its W&B run: outside an agent by the id its record holds; under an agent
+    the agent names the run, and a requeued trial gets its old id back.
+    """
+    chosen = mode(config["run.wandb"])
+    if not chosen:
+        return None
+    previous = read_record(directory) or {}
+    run_id = (previous.get("wandb") or {}).get("run_id")
+    unfinished = bool(run_id) and previous.get("status") not in FINAL and not config["run.retrain"]
+    # WandbLogger has wandb.init resume the run of its id ("allow"): under an agent the agent's id (WANDB_RUN_ID,
+    # which a requeued trial gets back), otherwise the id the interrupted attempt recorded
+    extra = {"id": run_id} if unfinished and not under_agent() else {}
+    project = config["run.wandb_project"] or os.environ.get("WANDB_PROJECT", "vit-lightning")
+    # mode goes to wandb.init itself: wandb reads its environment once per process (the credentials check above)
+    return WandbLogger(name=directory.name, save_dir=str(directory), project=project, mode=chosen,
+                       group=config["run.ablation"], tags=[config["run.ablation"], config["run.profile"]], **extra)
+
+
+def summary(record: dict) -> dict[str, Any]:
+    """What the W&B summary holds of a run record: its metrics, compute/* facts, status, trial id and times."""
+    out: dict[str, Any] = {k: v for k, v in (record.get("metrics") or {}).items() if v is not None}
+    out.update({f"compute/{k}": v for k, v in (record.get("compute") or {}).items() if v is not None})
+    out.update({k: record[k] for k in ("status", "trial", "started_at", "finished_at", "error") if record.get(k)})
+    return out
+
+
+class WandbSummary(pl.Callback):
+    """Mirrors the run record into the W&B run (rank 0); marks it preempting when a signal stopped the run.
+
+    Placed after the RunRecord callback, so each hook sees the record that callback has just written.
+    """
+
+    def __init__(self, record: RunRecord):
+        self.record = record
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._mirror(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        best = (self.record.record.get("metrics") or {}).get(SWEEP_METRIC)
+        for wandb_logger in _wandb_loggers(trainer):
+            if best is not None:  # the sweep metric in the history, for W&B's sweep charts
+                wandb_logger.log_metrics({SWEEP_METRIC: best}, step=trainer.global_step)
+        self._mirror(trainer)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._mirror(trainer)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        for wandb_logger in _wandb_loggers(trainer):
+            if isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
+                # stopped, not broken: W&B requeues a preempting sweep run that exits non-zero
+                wandb_logger.experiment.mark_preempting()
+        self._mirror(trainer)
+
+    def _mirror(self, trainer: pl.Trainer) -> None:
+        for wandb_logger in _wandb_loggers(trainer):
+            wandb_logger.experiment.summary.update(summary(self.record.record))
+
+
+def _wandb_loggers(trainer: pl.Trainer) -> list[WandbLogger]:
+    """The trainer's W&B loggers on rank 0 (the other ranks have no W&B run)."""
+    if not trainer.is_global_zero:
+        return []
+    return [logger_ for logger_ in trainer.loggers if isinstance(logger_, WandbLogger)]
