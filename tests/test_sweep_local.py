@@ -35,6 +35,9 @@ def stop(signum, frame):
 signal.signal(signal.SIGINT, stop)
 signal.signal(signal.SIGTERM, stop)
 time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+gate = os.environ.get("FAKE_GATE")  # hold here until the test opens the gate (creates the file)
+while gate and not os.path.exists(gate):
+    time.sleep(0.05)
 failed = cfg.get("model.lr") == 0.5 and not os.environ.get("FAKE_FIXED")
 record.write_text(json.dumps({"status": "failed" if failed else "completed", "config": cfg, "trial": name,
                               "error": "ValueError: boom" if failed else None, "started_at": "t"}))
@@ -104,7 +107,8 @@ def test_parallel_runs_write_one_log_per_trial(tmp_path, monkeypatch):
     assert kinds[:2] == ["start", "start"] and kinds.count("end") == 4  # two at a time: both started before an end
 
 
-def test_sigint_is_forwarded_and_the_sweep_resumes(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_sweep_is_forwarded_and_the_sweep_resumes(sig, tmp_path):
     env = {**os.environ, "FAKE_MARKER": str(tmp_path / "marker.txt"), "FAKE_SLEEP": "60"}
     sweep = make_sweep(tmp_path)
     cmd = [sys.executable, "-m", "vit_lightning.cli", "sweep", sweep, "--backend", "local"]
@@ -113,35 +117,34 @@ def test_sigint_is_forwarded_and_the_sweep_resumes(tmp_path):
     while not events(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert events(tmp_path), "the first trial never started"
-    proc.send_signal(signal.SIGINT)  # only the sweep: the child is in its own session
+    proc.send_signal(sig)  # only the sweep: the child is in its own session
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 128 + signal.SIGINT, err
-    assert [e.split()[0] for e in events(tmp_path)] == ["start", f"signal{int(signal.SIGINT)}"]
-    assert [t["status"] for t in state(tmp_path).values()] == ["interrupted"]
+    assert proc.returncode == 128 + sig, err
+    assert [e.split()[0] for e in events(tmp_path)] == ["start", f"signal{int(sig)}"]
+    assert [(t["status"], t["error"]) for t in state(tmp_path).values()] == [("interrupted", f"stopped by {sig.name}")]
     env["FAKE_SLEEP"] = "0"
     assert subprocess.run(cmd, env=env, capture_output=True).returncode == 0
     assert sum(e.startswith("end") for e in events(tmp_path)) == 4
 
 
-def test_a_trial_still_running_elsewhere_is_not_started_twice(tmp_path, monkeypatch, capsys):
-    import socket
-
+def test_a_trial_whose_run_dir_another_process_holds_is_not_started(tmp_path, monkeypatch, capsys):
+    from vit_lightning import runlock
     from vit_lightning.sweep import trials
 
     monkeypatch.setenv("FAKE_MARKER", str(tmp_path / "marker.txt"))
     sweep = make_sweep(tmp_path)
-    config = yaml.safe_load(Path(sweep).read_text())
-    first = trials.build([config])[0]
-    orphan = subprocess.Popen(["sleep", "30"])  # stands in for the fit child of a sweep that was SIGKILLed
+    first = trials.build([yaml.safe_load(Path(sweep).read_text())])[0]
+    held = runlock.acquire(first.run_dir)  # stands in for the fit child of a sweep that was SIGKILLed
     try:
-        local.State().update(first, status="running", pid=orphan.pid, host=socket.gethostname())
-        assert cli.main([sweep, "--backend", "local"]) == 1
-        assert f"still runs as pid {orphan.pid}" in capsys.readouterr().err
-        assert sum(e.startswith("end") for e in events(tmp_path)) == 3
+        assert cli.main([sweep, "--backend", "local"]) == 1  # not every trial is done
+        err = capsys.readouterr().err
+        assert f"trial 1/4 skipped: {first.run_dir} is being trained by pid {os.getpid()}" in err
+        assert "1 left to another process" in err
+        ended = sorted(e.split()[1] for e in events(tmp_path) if e.startswith("end"))
+        assert first.id not in ended and len(ended) == 3  # the three others ran
     finally:
-        orphan.kill()
-        orphan.wait()
-    assert cli.main([sweep, "--backend", "local"]) == 0  # once it is gone, the trial runs
+        runlock.release(held)
+    assert cli.main([sweep, "--backend", "local"]) == 0  # once it is free, the trial runs
     assert sum(e.startswith("end") for e in events(tmp_path)) == 4
 
 

@@ -12,6 +12,15 @@ RECORD = "results.json"  # a run's record, in its run directory
 FINAL = ("completed", "diverged")  # record statuses that end a run: a re-run skips it unless asked to retrain
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _umask()  # read once, at import (setting it is process-wide)
+
+
 def now() -> str:
     """The current UTC time as ISO text, to the second."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -21,9 +30,26 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Write bytes to path via a temp file in the same folder, so readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        os.fchmod(fd, 0o666 & ~UMASK)  # as open() would have made it (mkstemp makes it private)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:  # disk full, quota, interrupted: leave no temp file behind
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def one_line(error: BaseException) -> str:
+    """An error as 'TypeName: message' on one line."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def describe(error: OSError) -> str:
+    """An OSError in one line, naming the file: 'runs/x/results.json: No space left on device'."""
+    name = f"{error.filename}: " if error.filename else ""
+    return f"{name}{error.strerror or ' '.join(str(error).split()) or type(error).__name__}"
 
 
 def wandb_credentials() -> bool:

@@ -1,14 +1,17 @@
-"""Callbacks of `vit-ablate fit`: divergence stop, per-epoch reseeding, plain progress lines, config to the loggers."""
+"""Callbacks of `vit-ablate fit`: divergence stop, stop signals, per-epoch reseeding, progress lines, config to loggers."""
 
 from __future__ import annotations
 
 import random
+import signal
+import threading
 import time
 from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 
@@ -44,6 +47,44 @@ class DivergenceStop(pl.Callback):
             if trainer.is_global_zero:
                 print(f"non-finite loss at step {trainer.global_step}: stopping; the run is recorded as diverged",
                       flush=True)
+
+
+def stop_signal(exception: BaseException) -> int | None:
+    """The signal an exception out of fit stands for: SIGTERM (Lightning's SIGTERMException), SIGINT (Ctrl-C)."""
+    if isinstance(exception, SIGTERMException):
+        return signal.SIGTERM
+    if isinstance(exception, KeyboardInterrupt):
+        return signal.SIGINT
+    return None
+
+
+class StopSignal(pl.Callback):
+    """Stops every DDP rank at the same step on SIGTERM; remembers the signal that stopped fit, for its exit code.
+
+    Lightning's own SIGTERM handler broadcasts from inside the handler; when every rank gets the
+    signal (a process group, a scheduler) that broadcast meets the wrong collective and the ranks
+    wait for each other until the DDP timeout. Under DDP this handler only notes the request; the
+    ranks agree on it after each training step and all stop there, through Lightning's graceful
+    stop (SIGTERMException). One process keeps Lightning's handler.
+    """
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._requested = False
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.world_size > 1 and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._request)  # after Lightning's; it restores the original at teardown
+
+    def _request(self, signum, frame) -> None:
+        self._requested = True
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if trainer.world_size > 1 and trainer.strategy.reduce_boolean_decision(self._requested, all=False):
+            trainer._signal_connector.received_sigterm = True  # on every rank at this step: they stop together
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.signum = self.signum or stop_signal(exception)
 
 
 class ConfigToLoggers(pl.Callback):

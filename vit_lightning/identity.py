@@ -25,7 +25,7 @@ from vit_lightning.bookkeeping import RUN_DEFAULTS
 NOT_IDENTITY = ("run.", "trainer.enable_progress_bar", "trainer.enable_model_summary", "model.compile")
 TRIAL_KEY = "run.trial"  # fit's option for the id the sweep runner hands each trial
 WORLD_KEY = "world_size"  # hashed with a run's values when it trains on more than one process
-TRIAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one path component, never "..", never hidden
+TRIAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one path component, never "..", never hidden, never absolute
 INT = re.compile(r"[-+]?[0-9]+")
 FLOAT = re.compile(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][-+]?[0-9]+)?")
 BOOLS = {"true": True, "false": False}
@@ -138,7 +138,9 @@ def run_name(params: dict[str, Any], world: int = 1) -> str:
 def run_dir(config: dict[str, Any], world: int = 1) -> Path:
     """{run.root}/{run.ablation}/{run.profile}/{run.trial, else run_name(config, world)}."""
     get = lambda key: str(config.get(key) or RUN_DEFAULTS[key])  # noqa: E731
+    for key in ("run.ablation", "run.profile", TRIAL_KEY):  # each one folder below run.root, never outside it
+        value = config.get(key)
+        if value is not None and not TRIAL_NAME.fullmatch(str(value)):
+            raise ValueError(f"{key}={value!r} must be one plain name of letters, digits, '.', '_' and '-'")
     trial = config.get(TRIAL_KEY)
-    if trial is not None and not TRIAL_NAME.fullmatch(str(trial)):
-        raise ValueError(f"{TRIAL_KEY}={trial!r} must be one plain name of letters, digits, '.', '_' and '-'")
     return Path(get("run.root")) / get("run.ablation") / get("run.profile") / (trial or run_name(config, world))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,8 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
-from vit_lightning.bookkeeping import RECORD, now, write_atomic
-from vit_lightning.callbacks import DivergenceStop
+from vit_lightning.bookkeeping import RECORD, now, one_line, write_atomic
+from vit_lightning.callbacks import DivergenceStop, stop_signal
 from vit_lightning.identity import number, plain
 
 SCHEMA = 1
@@ -22,8 +23,24 @@ HISTORY_KEYS = ("val/acc", "val/acc5", "val/loss", "train/loss", "train/acc")
 
 
 def read_record(directory: Path) -> dict | None:
+    """The run's record; None when there is none or it cannot be read (record_problem says why)."""
+    try:
+        record = json.loads((Path(directory) / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def record_problem(directory: Path) -> str | None:
+    """Why an existing results.json is no record (truncated, not JSON, unreadable); None when it is one or absent."""
     path = Path(directory) / RECORD
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        return one_line(error)
+    return None if isinstance(record, dict) else "not a JSON object"
 
 
 def write_record(directory: Path, record: dict) -> None:
@@ -67,11 +84,6 @@ def model_facts(model: torch.nn.Module, in_chans: int, img_size) -> dict[str, An
             "gflops_per_image": gflops_per_image(model, in_chans, img_size)}
 
 
-def one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
 class RunRecord(pl.Callback):
     """Keeps results.json up to date on rank 0; its history travels in last.ckpt so a resumed run continues it.
 
@@ -85,6 +97,7 @@ class RunRecord(pl.Callback):
         self.train_images = 0
         self.record: dict = {}
         self.extra_metrics: dict[str, float] = {}  # computed outside the epoch loop (few-shot accuracies)
+        self.recovery: str | None = None  # set by fit when it had to drop a corrupt record or checkpoint
         self._start = self._tick = 0.0
         self._validated = False
 
@@ -140,10 +153,15 @@ class RunRecord(pl.Callback):
             self._finish(trainer, "diverged" if self.divergence.diverged else "completed")
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if trainer.is_global_zero:
-            self.record = self.record or self._new_record(trainer)  # failed before training started
-            self.record["error"] = one_line(exception)
-            self._finish(trainer, "failed")
+        if not trainer.is_global_zero:
+            return
+        signum = stop_signal(exception)
+        self.record = self.record or self._new_record(trainer)  # stopped before training started
+        self.record["error"] = f"stopped by {signal.Signals(signum).name}" if signum else one_line(exception)
+        try:
+            self._finish(trainer, "interrupted" if signum else "failed")
+        except OSError:
+            pass  # the disk is full or gone: the error that brought us here is what fit reports
 
     # --- helpers -------------------------------------------------------------------------------------
     def _new_record(self, trainer: pl.Trainer) -> dict:
@@ -157,7 +175,7 @@ class RunRecord(pl.Callback):
                 **self.facts, "device": trainer.strategy.root_device.type, "num_devices": trainer.world_size,
                 "precision": str(trainer.precision),
             },
-            "versions": versions(), "wandb": _wandb_info(trainer), "error": None,
+            "versions": versions(), "wandb": _wandb_info(trainer), "error": None, "recovery": self.recovery,
             "started_at": (previous.get("started_at") if self.history else None) or now(), "finished_at": None,
         }
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import errno
 import logging
 import signal
 import subprocess
 import sys
 import warnings
 from argparse import ArgumentError
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,22 +23,25 @@ from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import Logger, WandbLogger
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vit_lightning import fewshot, wandb_run
-from vit_lightning.bookkeeping import FINAL, RUN_DEFAULTS
-from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed
+from vit_lightning import fewshot, runlock, wandb_run
+from vit_lightning.bookkeeping import FINAL, RECORD, RUN_DEFAULTS, describe
+from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
 from vit_lightning.data import ViTDataModule
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, run_name, world_size
 from vit_lightning.module import ViTClassifier
-from vit_lightning.record import RECORD, RunRecord, model_facts, read_record
+from vit_lightning.record import RunRecord, model_facts, read_record
+from vit_lightning.recovery import drop_corrupt_checkpoint, drop_corrupt_record, use_atomic_checkpoints
 
 # Every fit's trainer defaults; with no options `fit` trains the demo (defaults.DEMO). GPU users add
 # --trainer.precision=bf16-mixed (and --trainer.deterministic=true for bitwise repeats); CPU kernels
 # repeat exactly for a fixed seed already.
 TRAINER_DEFAULTS = {"gradient_clip_val": 1.0, "log_every_n_steps": 10}
 LINKED = ("num_classes", "in_chans", "img_size")  # data -> model, at instantiation
+DDP_TIMEOUT_S = 600.0  # a rank that stops answering fails the run after this long (torch's own default: 30 min)
+# errors of the disk, not of the run: reported in one line, and the same command resumes once they are fixed
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 class FitCLI(LightningCLI):
@@ -67,6 +72,8 @@ class FitCLI(LightningCLI):
                             help="k of the few-shot linear evaluation at the end of fit ([]: none).")
         parser.add_argument("--run.fewshot_every", type=int, default=0,
                             help="Also evaluate few-shot every N epochs (0: only at the end).")
+        parser.add_argument("--run.ddp_timeout_s", type=float, default=DDP_TIMEOUT_S,
+                            help="Seconds a DDP collective waits for a silent rank before the run fails.")
         # The demo's settings, typed as if given on the command line (its warmup_epochs 1 is the float 1.0).
         demo = parser.parse_object(Namespace(DEMO))
         parser.set_defaults({key: demo[key] for key in DEMO})
@@ -81,14 +88,16 @@ class FitCLI(LightningCLI):
         # normalised once (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2): the name, record and loggers agree
         config = normalize(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
+        if error := settings_error(config):
+            raise ValueError(error)
         if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
             world = world_size(config, torch.cuda.device_count())
             config[TRIAL_KEY] = run_name(wandb_run.sweep_params() or config, world)
         self.run_dir = directory = run_dir(config)
         shots = config["run.fewshot_shots"]
         facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
-        divergence = DivergenceStop()
-        record = RunRecord(directory, config, facts, divergence)
+        divergence, self.stop = DivergenceStop(), StopSignal()
+        self.run_record = RunRecord(directory, config, facts, divergence)
         tty = sys.stdout.isatty()
         trainer_config = self.config_init.get("trainer") or Namespace()
         given = trainer_config.get("callbacks") or []
@@ -99,37 +108,78 @@ class FitCLI(LightningCLI):
                             enable_version_counter=False),
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
             divergence,
-            record,
-            wandb_run.WandbSummary(record),  # after the record: mirrors what it has just written
+            self.stop,
+            self.run_record,
+            wandb_run.WandbSummary(self.run_record),  # after the record: mirrors what it has just written
             ConfigToLoggers(config),
             EpochSeed(config.get("seed_everything")),
             RichProgressBar() if tty else EpochPrinter(),
         ]
-        return super().instantiate_trainer(
+        trainer = super().instantiate_trainer(
             # default_root_dir: where Lightning's SLURM requeue checkpoint (hpc_ckpt_*.ckpt) goes and is resumed from
             **kwargs, callbacks=callbacks, logger=make_loggers(directory, config), enable_autolog_hparams=False,
             default_root_dir=str(directory),
             enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
         )
+        if hasattr(trainer.strategy, "_timeout"):  # DDP (also chosen by "auto"), FSDP: read when the group starts
+            trainer.strategy._timeout = timedelta(seconds=config["run.ddp_timeout_s"])
+        use_atomic_checkpoints(trainer.strategy)
+        return trainer
 
     def fit_run(self) -> int:
+        """Train the run dir as its only writer (rank 0 holds its lock for the whole fit); the exit code."""
+        self.lock = None
+        if rank_zero_only.rank == 0:
+            try:
+                self.lock = runlock.acquire(self.run_dir)
+            except runlock.Busy as busy:
+                return _error(f"{busy}; not started: a run dir has one writer at a time", runlock.BUSY)
+            except OSError as error:
+                return _error(f"cannot write the run dir: {describe(error)}", 1)
+        try:
+            return self._fit_locked()
+        finally:
+            if self.lock is not None:
+                runlock.release(self.lock)
+
+    def _fit_locked(self) -> int:
         """Skip a finished run, resume an unfinished one from its newest checkpoint, or start it."""
         directory, retrain = self.run_dir, self.config["run.retrain"]
+        bad_record = drop_corrupt_record(directory)
         previous = read_record(directory)
         if previous and previous.get("status") in FINAL and not retrain:
             _say(f"vit-ablate fit: skipped, run already {previous['status']}; record: {directory / RECORD}")
             return 0
+        dropped = [note for note in (bad_record, *map(drop_corrupt_checkpoint, checkpoints(directory))) if note]
         newest = resume_point(directory)
         ckpt_path = str(newest) if newest and not retrain else None
+        if dropped:
+            then = f"; resumed from {newest.name}" if ckpt_path else "; trained from scratch"
+            self.run_record.recovery = "; ".join(dropped) + then
+            _warn(f"vit-ablate fit: {self.run_record.recovery}")
         if ckpt_path is None and rank_zero_only.rank == 0:
             for stale in ("last.ckpt", "metrics.csv", *(p.name for p in directory.glob("hpc_ckpt_*.ckpt"))):
                 (directory / stale).unlink(missing_ok=True)  # a fresh start must not append to an old attempt
         _say(f"vit-ablate fit: {'resuming from ' + ckpt_path if ckpt_path else 'run dir ' + str(directory)}")
         try:
             self.trainer.fit(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path)
+        except BaseException as error:
+            if signum := self.stop.signum or stop_signal(error):
+                return self.interrupted(signum)
+            if isinstance(error, OSError) and error.errno in DISK_ERRORS:
+                where = "" if error.filename else f" (in {directory})"
+                return _error(f"{describe(error)}{where}; fix that and run the same command again to resume", 1)
+            raise
         finally:
             _finish_wandb(self.trainer)
         return 0
+
+    def interrupted(self, signum: int) -> int:
+        """Fit was stopped by SIGTERM/SIGINT (pre-emption, Ctrl-C, the sweep): its record says interrupted; 128+signal."""
+        newest = resume_point(self.run_dir)
+        then = f"the same command resumes from {newest}" if newest else "the same command starts it again"
+        _warn(f"vit-ablate fit: stopped by {signal.Signals(signum).name}; {then}")
+        return 128 + signum
 
     def starts_other_ranks(self) -> bool:
         """Lightning itself will start this fit's other processes (not torchrun, SLURM, ...)."""
@@ -137,11 +187,15 @@ class FitCLI(LightningCLI):
         return self.trainer.world_size > 1 and environment is not None and not environment.creates_processes_externally
 
 
+def checkpoints(directory: Path) -> list[Path]:
+    """A run dir's checkpoints: last.ckpt (written at each epoch's end) and the hpc_ckpt_N.ckpt Lightning
+    saves there when SLURM signals a requeue (`sbatch --signal=SIGUSR1@90`)."""
+    return [p for p in (directory / "last.ckpt", *directory.glob("hpc_ckpt_*.ckpt")) if p.is_file()]
+
+
 def resume_point(directory: Path) -> Path | None:
-    """An interrupted run's newest checkpoint in its run dir: last.ckpt (written at each epoch's end) or the
-    hpc_ckpt_N.ckpt Lightning saves there when SLURM signals a requeue (`sbatch --signal=SIGUSR1@90`)."""
-    found = [p for p in (directory / "last.ckpt", *directory.glob("hpc_ckpt_*.ckpt")) if p.is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime_ns, default=None)
+    """An interrupted run's newest checkpoint in its run dir."""
+    return max(checkpoints(directory), key=lambda p: p.stat().st_mtime_ns, default=None)
 
 
 class RunCSVLogger(Logger):
@@ -217,9 +271,30 @@ def _reruns_this_fit(argv: list[str]) -> bool:
     return sys.argv[1:] in (argv, ["fit", *argv])
 
 
+def settings_error(config: dict) -> str | None:
+    """Why flat fit settings cannot make a run (a budget that trains nothing, no DDP timeout), or None."""
+    for key in ("trainer.max_epochs", "trainer.max_steps", "trainer.limit_train_batches"):
+        if config.get(key) == 0 and not isinstance(config.get(key), bool):
+            return f"{key}=0 trains nothing; give a positive number"
+    timeout = config.get("run.ddp_timeout_s")
+    if timeout is not None and not timeout > 0:
+        return f"run.ddp_timeout_s={timeout} must be a positive number of seconds"
+    return None
+
+
 def _say(line: str) -> None:
     if rank_zero_only.rank == 0:
         print(line, flush=True)
+
+
+def _warn(line: str) -> None:
+    if rank_zero_only.rank == 0:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _error(line: str, code: int) -> int:
+    _warn(f"vit-ablate fit: error: {line}")
+    return code
 
 
 def _quiet() -> None:
@@ -246,19 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     if cli.starts_other_ranks() and not _reruns_this_fit(argv):
         # Called from Python: the other ranks would re-run the caller's command line. Run this fit as the
         # command itself, whose ranks then get the same argv.
-        return subprocess.call([sys.executable, "-m", "vit_lightning.cli", "fit", *argv])
-    try:
-        return cli.fit_run()
-    except SIGTERMException:
-        return interrupted_exit_code()
-
-
-def interrupted_exit_code() -> int:
-    """128 + SIGTERM: stopped, not finished, so a W&B agent requeues a preempting trial and SLURM sees the signal.
-
-    Lightning's SIGTERMException carries no exit code (a plain exit would read as success).
-    """
-    return 128 + signal.SIGTERM
+        code = subprocess.call([sys.executable, "-m", "vit_lightning.cli", "fit", *argv])
+        return 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + signal
+    return cli.fit_run()
 
 
 if __name__ == "__main__":

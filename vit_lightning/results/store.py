@@ -49,7 +49,11 @@ def store(records_dir: Path, record: dict, data: bytes | None = None) -> bool:
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"run record has a bad name {name!r}")
     dest = records_dir / f"{name}.json"
-    if dest.exists() and rank(json.loads(dest.read_text())) >= rank(record):
+    try:
+        stored = json.loads(dest.read_text()) if dest.exists() else None
+    except ValueError:
+        stored = None  # a truncated copy: the run's own record replaces it
+    if isinstance(stored, dict) and rank(stored) >= rank(record):
         return False
     write_atomic(dest, data if data is not None else dump(record))
     return True
@@ -70,8 +74,23 @@ def collect(runs_root: Path, ablation: str, profile: str, records_dir: Path) -> 
 
 
 def load_records(records_dir: Path) -> list[dict]:
-    """Every record in records_dir, sorted by name."""
-    return [json.loads(p.read_text()) for p in sorted(Path(records_dir).glob("*.json"))]
+    """Every readable record in records_dir, sorted by name; an unreadable one is skipped with a message."""
+    records = (_read_stored(path) for path in sorted(Path(records_dir).glob("*.json")))
+    return [record for record in records if record is not None]
+
+
+def _read_stored(path: Path) -> dict | None:
+    """A stored record; None (and one line naming the file) when it is truncated or no record."""
+    try:
+        record = json.loads(path.read_text())
+        if isinstance(record, dict):
+            return record
+        problem = "not a JSON object"
+    except (OSError, ValueError) as err:
+        problem = " ".join(str(err).split())
+    print(f"vit-ablate table: skipping {path}: unreadable ({problem}); delete it, or collect it again from the "
+          "run's results.json", file=sys.stderr)
+    return None
 
 
 # ---- W&B ------------------------------------------------------------------------------------------

@@ -36,14 +36,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print every trial's command line; run nothing")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting for every trial (repeatable), e.g. trainer.max_epochs=1")
-    p.add_argument("--count", type=int, help="at most N trials (random sweeps need this or run_cap)")
+    p.add_argument("--count", type=positive, help="at most N trials (random sweeps need this or run_cap)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed of a local random sweep")
     p.add_argument("--ablations-dir", type=Path, metavar="DIR", help="also load ablations from DIR/<name>.py")
     p.add_argument("--trial-config", type=int, metavar="N",
                    help="print trial N's full fit config (YAML for `vit-ablate fit --config`, e.g. under srun); "
                         "run nothing")
     local_ = p.add_argument_group("local backend")
-    local_.add_argument("--parallel", type=int, default=1, metavar="K",
+    local_.add_argument("--parallel", type=positive, default=1, metavar="K",
                         help="K trials at once, each on 1/K of the visible GPUs (or of the CPU threads)")
     local_.add_argument("--retry-failed", action="store_true", help="run failed trials again")
     remote = p.add_argument_group("wandb backend")
@@ -59,10 +59,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def read_yaml(path: Path) -> dict:
     """A sweep file; malformed YAML -> one line naming the file and where."""
     try:
-        config = yaml.safe_load(path.read_text())
+        config = validate.load_yaml(path.read_text())
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

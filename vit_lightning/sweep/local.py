@@ -1,29 +1,42 @@
-"""Local backend: run a sweep's trials as `vit-ablate fit` processes, resumable and interruptible.
+"""Local backend: run a sweep's trials as `vit-ablate fit` processes, resumable, interruptible, shareable.
 
-State lives in `runs/<ablation>/<profile>/.sweep-state.json` (atomic JSON, keyed by trial id).
-A trial's record is `runs/<ablation>/<profile>/<trial id>/results.json` (fit is handed the id).
-A trial is done when fit exited 0 and wrote a completed record, or its record says diverged;
-done trials are skipped, interrupted ones re-run (fit resumes from last.ckpt), failed ones
-re-run only with retry_failed. Processes and signals are the supervisor's (supervise.py), as
-for the W&B backend, so no DDP rank outlives the sweep.
+State lives in `runs/<ablation>/<profile>/.sweep-state.json` (JSON keyed by trial id); a trial's
+record is `runs/<ablation>/<profile>/<trial id>/results.json` (fit is handed the id). A trial is
+done when fit exited 0 and wrote a completed record, or its record says diverged; done trials
+are skipped, interrupted ones (a signal, the sweep stopped) re-run and fit resumes them from
+last.ckpt, failed ones re-run only with retry_failed.
+
+Several sweeps may share a run root (two people, a re-queued job and a leftover one): right
+before a trial starts, the sweep takes its run directory's lock (runlock.py), re-reads its
+record and state, and skips it when it is done or another process holds it; the trial's process
+inherits the lock. State updates are read-modify-writes under a lock file, so no sweep loses
+another's entries. Processes and signals are the supervisor's (supervise.py), as for the W&B
+backend, so no DDP rank outlives the sweep; when the runner itself fails (a state write, a
+launch), the sweep stops its trials and exits 1 with one line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import signal
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vit_lightning.bookkeeping import FINAL, now, write_atomic
+from vit_lightning import runlock
+from vit_lightning.bookkeeping import FINAL, describe, now, one_line, write_atomic
 from vit_lightning.sweep.supervise import Supervisor
 from vit_lightning.sweep.trials import Trial, executable, find_record, swept_keys
 
 STATE = ".sweep-state.json"
+STATE_LOCK = ".sweep-state.lock"
+# a trial stopped by one of these (its own exit code 128+N, or killed by it) was interrupted, not failed
+STOPPED = {128 + signal.SIGTERM, 128 + signal.SIGINT, -signal.SIGTERM, -signal.SIGINT}
 
 
 def clock(seconds: float) -> str:
@@ -34,53 +47,63 @@ def clock(seconds: float) -> str:
 
 
 class State:
-    """Trial id -> {status, attempts, argv, rc, record, ...} in one JSON file per run directory."""
+    """Trial id -> {status, attempts, command, rc, record, ...} in one JSON file per run folder.
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._files: dict[Path, dict] = {}
+    Reads are fresh; an update re-reads the file and replaces it atomically under an flock, so
+    concurrent sweeps keep each other's entries. A trial's entry is written only by the holder of
+    the trial's run-dir lock.
+    """
 
-    def _data(self, trial: Trial) -> tuple[Path, dict]:
-        path = trial.record_dir / STATE
-        if path not in self._files:
-            try:
-                self._files[path] = json.loads(path.read_text())
-            except (OSError, ValueError):
-                self._files[path] = {"trials": {}}
-        return path, self._files[path]
+    def __init__(self, log: Callable[[str], None] | None = None):
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self._warned: set[Path] = set()
 
     def get(self, trial: Trial) -> dict:
-        with self._lock:
-            return dict(self._data(trial)[1]["trials"].get(trial.id, {}))
+        return dict(self._read(trial.record_dir / STATE)["trials"].get(trial.id, {}))
 
     def update(self, trial: Trial, **fields) -> None:
-        with self._lock:
-            path, data = self._data(trial)
+        path = trial.record_dir / STATE
+        with _flocked(trial.record_dir / STATE_LOCK):
+            data = self._read(path)
             data["trials"].setdefault(trial.id, {"command": list(trial.command)}).update(fields)
             write_atomic(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
 
+    def _read(self, path: Path) -> dict:
+        try:
+            data = json.loads(path.read_text())
+            if isinstance(data, dict) and isinstance(data.get("trials"), dict):
+                return data
+            problem = "not a sweep state"
+        except FileNotFoundError:
+            return {"trials": {}}
+        except (OSError, ValueError) as error:
+            problem = one_line(error)
+        if path not in self._warned:  # records say what is done; only failed marks are lost
+            self._warned.add(path)
+            self.log(f"[sweep] {path} is unreadable ({problem}); starting a new one (failed trials will run again)")
+        return {"trials": {}}
 
-def status_of(trial: Trial, state: State) -> str:
-    """done (a completed/diverged record), failed, busy (its process still runs), or pending."""
-    saved = state.get(trial)
-    if saved.get("status") == "failed":
-        return "failed"
+
+@contextlib.contextmanager
+def _flocked(path: Path):
+    """Hold an exclusive flock on path (created if missing) for the with-block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def status_of(trial: Trial, state: State, retry_failed: bool = False) -> str:
+    """done (a completed/diverged record), failed (unless retried), or pending."""
     record = find_record(trial)
     if record and record.get("status") in FINAL:
         return "done"
-    if saved.get("status") == "running" and saved.get("host") == socket.gethostname() and _alive(saved.get("pid")):
-        return "busy"  # a child of a sweep that was killed hard still runs: never train one run dir twice
+    if state.get(trial).get("status") == "failed" and not retry_failed:
+        return "failed"
     return "pending"
-
-
-def _alive(pid) -> bool:
-    try:
-        os.kill(int(pid), 0)
-        return True
-    except (TypeError, ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
 
 
 class Runner:
@@ -90,27 +113,20 @@ class Runner:
                  log: Callable[[str], None] | None = None):
         self.trials, self.slots, self.retry_failed = trials, slots, retry_failed
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self.state = State()
+        self.state = State(self.log)
         self.supervisor = Supervisor(self.log)
         self.index = {t.id: k for k, t in enumerate(trials, 1)}
         self.queue: list[Trial] = []
         self.durations: list[float] = []
-        self.counts = {"completed": 0, "diverged": 0, "failed": 0, "interrupted": 0}
+        self.counts = {"completed": 0, "diverged": 0, "failed": 0, "interrupted": 0, "busy": 0, "done": 0}
         self.swept = swept_keys(trials)
 
     # --- planning ------------------------------------------------------------------------------------
     def plan(self) -> list[Trial]:
-        """The trials to run now; says what is skipped and why."""
-        status = {t.id: status_of(t, self.state) for t in self.trials}
-        if self.retry_failed:
-            status = {k: "pending" if s == "failed" else s for k, s in status.items()}
+        """The trials to run now (each is checked again right before it starts); says what is skipped."""
+        status = {t.id: status_of(t, self.state, self.retry_failed) for t in self.trials}
         todo = [t for t in self.trials if status[t.id] == "pending"]
-        self.skipped = {s: sum(v == s for v in status.values()) for s in ("done", "failed", "busy")}
-        for t in self.trials:
-            if status[t.id] == "busy":
-                pid = self.state.get(t).get("pid")
-                self.log(f"[sweep] trial {self.index[t.id]} still runs as pid {pid} (an earlier sweep's child): "
-                         "not started again")
+        self.skipped = {s: sum(v == s for v in status.values()) for s in ("done", "failed")}
         failed = self.skipped["failed"]
         note = f"; {failed} failed skipped (--retry-failed re-runs them)" if failed else ""
         self.log(f"[sweep] {len(self.trials)} trials: {self.skipped['done']} done, {len(todo)} to run{note}")
@@ -118,30 +134,58 @@ class Runner:
 
     # --- running -------------------------------------------------------------------------------------
     def run(self) -> int:
-        """Run every pending trial; 0 when all are done, 1 if any failed or still runs elsewhere, 128+signal when stopped."""
+        """Run every pending trial; 0 when all are done, 1 if any is not, 128+signal when stopped."""
         self.queue = self.plan()
         self.total, self.start = len(self.queue), time.monotonic()
         self.supervisor.run(len(self.slots), self._worker)
+        if self.supervisor.failure and self.supervisor.stop_signal is None:
+            print(f"vit-ablate sweep: error: {self.supervisor.failure}; the sweep stopped, its trials with it",
+                  file=sys.stderr, flush=True)
+            return 1
         c, skipped = self.counts, self.skipped
         self.log(f"[sweep] finished in {clock(time.monotonic() - self.start)}: {c['completed']} completed, "
                  f"{c['diverged']} diverged, {c['failed'] + skipped['failed']} failed, {c['interrupted']} interrupted"
-                 f", {skipped['done']} done before"
-                 + (f", {skipped['busy']} still running elsewhere" if skipped["busy"] else ""))
-        return self.supervisor.exit_code(1 if c["failed"] + skipped["failed"] + skipped["busy"] else 0)
+                 f", {skipped['done'] + c['done']} done before or elsewhere"
+                 + (f", {c['busy']} left to another process" if c["busy"] else ""))
+        all_done = all(status_of(t, self.state, retry_failed=True) == "done" for t in self.trials)
+        return self.supervisor.exit_code(0 if all_done else 1)
 
     def _worker(self, slot: int) -> None:
         env = {**os.environ, **self.slots[slot]}
         while True:
             with self.supervisor.lock:
-                if self.supervisor.stop_signal is not None or not self.queue:
+                if self.supervisor.stopping or not self.queue:
                     return
                 trial = self.queue.pop(0)
-            self._run_one(trial, env)
+            try:
+                self._run_one(trial, env)
+            except Exception as error:  # the runner itself failed: stop everything, say why in one line
+                self.supervisor.fail(describe(error) if isinstance(error, OSError) else one_line(error))
+                return
 
     def _label(self, trial: Trial) -> str:
         return " ".join(f"{k}={trial.params[k]}" for k in self.swept) or trial.id
 
     def _run_one(self, trial: Trial, env: dict[str, str]) -> None:
+        """Take the trial's run dir, check it is still to run, run it there, record the outcome."""
+        k, n = self.index[trial.id], len(self.trials)
+        try:
+            lock = runlock.acquire(trial.run_dir)
+        except runlock.Busy as busy:
+            self.log(f"[sweep] trial {k}/{n} skipped: {busy}")
+            self._count("busy")
+            return
+        try:
+            now_status = status_of(trial, self.state, self.retry_failed)
+            if now_status != "pending":  # another sweep finished (or failed) it since we planned
+                self.log(f"[sweep] trial {k}/{n} skipped: {now_status} in the meantime")
+                self._count("done" if now_status == "done" else "failed")
+                return
+            self._launch(trial, {**env, runlock.ENV_FD: str(lock)}, lock)
+        finally:
+            runlock.release(lock)
+
+    def _launch(self, trial: Trial, env: dict[str, str], lock: int) -> None:
         k, n = self.index[trial.id], len(self.trials)
         parallel = len(self.slots) > 1
         log_path = trial.record_dir / ".sweep-logs" / f"{trial.id}.log"
@@ -150,15 +194,15 @@ class Runner:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             out = open(log_path, "ab")
         try:
-            proc = self.supervisor.start(executable(trial.command), env, stdout=out)
+            attempts = self.state.get(trial).get("attempts", 0) + 1
+            proc = self.supervisor.start(executable(trial.command), env, stdout=out, pass_fds=(lock,))
             if proc is None:
                 return
-            attempts = self.state.get(trial).get("attempts", 0) + 1
+            t0 = time.monotonic()
             self.state.update(trial, status="running", pid=proc.pid, host=socket.gethostname(), attempts=attempts,
                               started_at=now(), rc=None)
             where = f" (log: {log_path})" if parallel else ""
             self.log(f"[sweep] trial {k}/{n} started: {self._label(trial)}{where}")
-            t0 = time.monotonic()
             rc = self.supervisor.wait(proc)
         finally:
             if out:
@@ -171,18 +215,17 @@ class Runner:
         stop = self.supervisor.stop_signal
         if rstatus == "diverged" or (rc == 0 and rstatus == "completed"):
             status, error = rstatus, None
-        elif stop is not None:
-            status, error = "interrupted", f"stopped by signal {stop}"
+        elif stop is not None or rc in STOPPED or rstatus == "interrupted":
+            signum = stop or (abs(rc) % 128 if rc in STOPPED else signal.SIGTERM)
+            status, error = "interrupted", f"stopped by {signal.Signals(signum).name}"
         else:
             status = "failed"
             error = (record or {}).get("error") or (
                 f"exit code {rc}" if rc else f"fit exited 0 but left no completed record in {trial.run_dir}")
         self.state.update(trial, status=status, rc=rc, error=error, finished_at=now(), pid=None,
                           record=(record or {}).get("_path"))
+        self._count(status, seconds)
         with self.supervisor.lock:
-            self.counts[status] += 1
-            if status != "interrupted":
-                self.durations.append(seconds)
             finished = sum(self.counts.values())
             left = self.total - finished
             eta = sum(self.durations) / len(self.durations) * left / len(self.slots) if self.durations else 0.0
@@ -190,3 +233,9 @@ class Runner:
         self.log(f"[sweep] trial {self.index[trial.id]}/{len(self.trials)} {status} in {clock(seconds)}{why} | "
                  f"{finished}/{self.total} run | elapsed {clock(time.monotonic() - self.start)} | "
                  f"~{clock(eta)} left")
+
+    def _count(self, outcome: str, seconds: float | None = None) -> None:
+        with self.supervisor.lock:
+            self.counts[outcome] += 1
+            if outcome in ("completed", "diverged", "failed") and seconds is not None:
+                self.durations.append(seconds)

@@ -4,7 +4,8 @@ Every process starts in its own session, so a signal to the sweep reaches it onl
 supervisor: the first SIGINT/SIGTERM is forwarded to every child's process group (a trial with
 its DDP ranks, or a `wandb agent`, which relays it to its run); a second one, or GRACE_S seconds
 without the children exiting, SIGKILLs the children and everything below them. A stopped
-sweep exits with 128 + the signal number.
+sweep exits with 128 + the signal number. When the runner itself fails (`fail`: it cannot write
+its state, cannot start a process), the children are stopped the same way and reaped.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Supervisor:
         self.lock = threading.Lock()
         self.running: dict[int, subprocess.Popen] = {}
         self.stop_signal: int | None = None
+        self.failure: str | None = None  # why the runner itself failed (then it stops like on SIGTERM)
         self._stop_time = 0.0
         self._stopped = threading.Event()
 
@@ -97,20 +99,49 @@ class Supervisor:
                 for t in threads:
                     t.join(0.2)
                 self._escalate()
+            self._reap_abandoned()
         finally:
             for s, old in handlers.items():
                 signal.signal(s, old)
+
+    def _reap_abandoned(self) -> None:
+        """Children no slot waits for any more (their runner failed): stopped (SIGKILL after GRACE_S) and reaped."""
+        if self.running:
+            self.fail(self.failure or "a process outlived its slot")
+        while self.running:
+            time.sleep(0.1)
+            self._escalate()
+            with self.lock:
+                self.running = {pid: p for pid, p in self.running.items() if p.poll() is None}
+
+    @property
+    def stopping(self) -> bool:
+        """A signal arrived or the runner failed: start nothing more."""
+        return self.stop_signal is not None or self.failure is not None
+
+    def fail(self, message: str) -> None:
+        """The runner itself failed: remember why, start nothing more, stop the children (SIGTERM, then SIGKILL)."""
+        with self.lock:
+            first = not self.stopping
+            if self.failure is None:
+                self.failure = message
+            if first:
+                self._stop_time = time.monotonic()
+                self._stopped.set()
+            procs = list(self.running.values())
+        if first:
+            self._signal(procs, signal.SIGTERM)
 
     def exit_code(self, otherwise: int) -> int:
         """128 + the signal when stopped by one, else `otherwise`."""
         return otherwise if self.stop_signal is None else 128 + self.stop_signal
 
-    def start(self, argv: list[str], env: dict[str, str], stdout=None) -> subprocess.Popen | None:
-        """Start argv in its own session; None once the sweep is stopping."""
+    def start(self, argv: list[str], env: dict[str, str], stdout=None, pass_fds=()) -> subprocess.Popen | None:
+        """Start argv in its own session (inheriting pass_fds); None once the sweep is stopping."""
         with self.lock:
-            if self.stop_signal is not None:
+            if self.stopping:
                 return None
-            proc = subprocess.Popen(argv, env=env, start_new_session=True, stdout=stdout,
+            proc = subprocess.Popen(argv, env=env, start_new_session=True, stdout=stdout, pass_fds=pass_fds,
                                     stderr=subprocess.STDOUT if stdout else None)
             self.running[proc.pid] = proc
         return proc
@@ -141,7 +172,7 @@ class Supervisor:
 
     def _escalate(self) -> None:
         """Kill the children if they ignore the forwarded signal for GRACE_S."""
-        if self.stop_signal is not None and time.monotonic() - self._stop_time > GRACE_S:
+        if self.stopping and time.monotonic() - self._stop_time > GRACE_S:
             with self.lock:
                 procs = list(self.running.values())
             self._kill(procs)

@@ -89,7 +89,7 @@ def build(configs: list[dict], count: int | None = None, seed: int = 0, gpus: in
         for params in expand(config, count=count, seed=seed):
             given = {**params, TRIAL_KEY: run_name(params, world_size(params, gpus))}
             trial = Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)))
-            trials.setdefault(trial.run_dir, trial)
+            trials.setdefault(trial.run_dir.resolve(), trial)  # `runs` and `$PWD/runs` are one directory
     return list(trials.values())
 
 

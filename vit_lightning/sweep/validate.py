@@ -9,12 +9,34 @@ import json
 import re
 from typing import Any
 
-from vit_lightning.identity import TRIAL_KEY
+import yaml
+
+from vit_lightning.identity import TRIAL_KEY, flatten, normalize
 from vit_lightning.sweep.expand import METHODS, SWEEP_KEYS, distribution
 
 
 class SweepError(ValueError):
     """A bad sweep file or option; the message is one line naming the problem and the choices."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml's safe loader, except that a key given twice in one mapping is an error (yaml keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                mark = key_node.start_mark
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}: each key may appear once", mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str):
+    """A sweep file's YAML, rejecting duplicate keys."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
 @functools.lru_cache(maxsize=1)
@@ -155,8 +177,14 @@ def known_keys() -> set[str]:
 
 
 def check_trial(args: list[str]) -> None:
-    """One trial's `${args}` as fit would take them: types and choices, then its model built at the data's image size."""
-    check_model(parse_trial(args))
+    """One trial's `${args}` as fit would take them: types, choices, a budget that trains, a model that builds."""
+    from vit_lightning.train import settings_error
+
+    namespace = parse_trial(args)
+    flat = {key: normalize(value) for key, value in flatten(namespace.as_dict()).items()}
+    if error := settings_error(flat):
+        raise SweepError(error)
+    check_model(namespace)
 
 
 def parse_trial(args: list[str]):
