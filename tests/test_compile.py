@@ -8,7 +8,7 @@ import torch
 
 from vit_lightning import train
 from vit_lightning.bench.machine import compile_unavailable
-from vit_lightning.model import POS_ENCODINGS, ViT
+from vit_lightning.model import ENCODINGS, ViT
 
 TINY = [
     "--model.width=32", "--model.depth=2", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
@@ -16,7 +16,7 @@ TINY = [
     "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu",
 ]
 VARIANTS = {
-    **{f"pos-{p}": {"pos_encoding": p} for p in POS_ENCODINGS},
+    **{f"pos-{p}": {"pos_encoding": p} for p in ENCODINGS},
     "every_layer": {"pos_encoding": "learned_2d", "pos_injection": "every_layer"},
     "gap": {"pooling": "gap"},
     "map": {"pooling": "map"},

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from vit_lightning.bench.timing import Candidate
-from vit_lightning.model import POOLINGS, POS_ENCODINGS, VARIANTS, ViT
+from vit_lightning.model import ENCODINGS, POOLINGS, VARIANTS, ViT
 
 NUM_CLASSES = 1000
 ABSOLUTE = ("none", "learned_1d", "learned_2d", "sincos_2d")  # added to the tokens; the rest bias attention
@@ -55,7 +55,7 @@ def subjects(variant: str, img_size: int, patch_size: int, encodings: bool, with
         else:
             out.append(reference)
     if encodings:
-        out += [ours(variant, img_size, patch_size, enc) for enc in POS_ENCODINGS if enc != "learned_1d"]
+        out += [ours(variant, img_size, patch_size, enc) for enc in ENCODINGS if enc != "learned_1d"]
         out += [ours(variant, img_size, patch_size, pooling=p) for p in POOLINGS if p != "cls"]
     return out
 
