@@ -101,13 +101,18 @@ def test_non_finite_loss_stops_and_records_diverged(tmp_path, monkeypatch):
     json.dumps(record, allow_nan=False)  # NaN never reaches the JSON
 
 
-def test_wandb_offline_writes_a_local_run(tmp_path, monkeypatch):
+def wandb_offline_env(tmp_path, monkeypatch) -> None:
+    """A W&B-free environment in tmp_path: no mode, key, agent ids or user config from outside."""
     pytest.importorskip("wandb")
     monkeypatch.chdir(tmp_path)
     for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SWEEP_ID", "WANDB_RUN_ID"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+
+
+def test_wandb_offline_writes_a_local_run(tmp_path, monkeypatch):
+    wandb_offline_env(tmp_path, monkeypatch)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     assert wandb_run.mode("auto") is None  # no agent, no credentials: off
     monkeypatch.setenv("WANDB_SWEEP_ID", "abc123")
@@ -120,12 +125,7 @@ def test_wandb_offline_writes_a_local_run(tmp_path, monkeypatch):
 
 
 def test_wandb_resumed_fit_logs_to_the_same_run(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
-    monkeypatch.chdir(tmp_path)
-    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SWEEP_ID", "WANDB_RUN_ID"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    wandb_offline_env(tmp_path, monkeypatch)
     argv = [*TWO_EPOCHS, "--run.wandb=offline", "--run.wandb_project=p"]
     with monkeypatch.context() as patch:
         patch.setattr(ViTClassifier, "on_train_epoch_start", crash_at_epoch_1, raising=False)
