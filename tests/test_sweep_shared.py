@@ -95,12 +95,17 @@ def test_sigterm_to_the_trial_alone_leaves_it_interrupted_and_a_plain_rerun_resu
     monkeypatch.setenv("FAKE_MARKER", str(tmp_path / "marker.txt"))
     monkeypatch.setenv("FAKE_GATE", str(gate))
 
+    def running() -> list[int]:
+        return [t["pid"] for t in state(tmp_path).values() if t.get("status") == "running"]
+
     def preempt_the_first_trial():
-        wait_for(lambda: events(tmp_path))
-        [pid] = [t["pid"] for t in state(tmp_path).values() if t.get("status") == "running"]
-        os.killpg(pid, signal.SIGTERM)  # the trial's process group, not the sweep (pre-emption, OOM-killer style)
-        wait_for(lambda: len(events(tmp_path)) == 2)
-        gate.touch()
+        try:  # the trial may log its start before the runner records it as running: wait for both
+            wait_for(lambda: events(tmp_path) and running())
+            [pid] = running()
+            os.killpg(pid, signal.SIGTERM)  # the trial's process group, not the sweep (pre-emption, OOM-killer style)
+            wait_for(lambda: len(events(tmp_path)) == 2)
+        finally:
+            gate.touch()  # never leave the next trial waiting, whatever happened here
 
     thread = threading.Thread(target=preempt_the_first_trial, daemon=True)
     thread.start()
