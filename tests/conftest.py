@@ -1,6 +1,7 @@
-"""Test configuration: W&B never talks to a server and nothing uses more threads than CI has."""
+"""Test configuration: W&B never talks to a server, nothing uses more threads than CI has, shared fixtures."""
 
 import os
+import signal
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -9,8 +10,14 @@ import torch  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
+# A shell starts a background job with SIGINT ignored, and Python then installs no KeyboardInterrupt handler, in
+# this process or in the fits the tests start: Ctrl-C tests would see a run that ignores SIGINT. Give them a terminal's.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 import contextlib  # noqa: E402
+import json  # noqa: E402
 import subprocess  # noqa: E402
 
 import pytest  # noqa: E402
@@ -53,3 +60,27 @@ def small_disk(tmp_path):
         if mounted:
             (path / "filler").write_bytes(bytes(120 * 1024))
         yield path, mounted
+
+
+# The smallest ViT that trains: every fit test starts from these settings and names its own budget.
+TINY_MODEL = ["--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
+              "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu"]
+
+
+@pytest.fixture
+def tiny_fit():
+    """tiny_fit(train_batches, val_batches, *more): fit's argv for the tiny model on that many batches per epoch."""
+    def argv(train_batches: int = 2, val_batches: int = 1, *more: str) -> list[str]:
+        return [*TINY_MODEL, f"--trainer.limit_train_batches={train_batches}",
+                f"--trainer.limit_val_batches={val_batches}", *more]
+    return argv
+
+
+@pytest.fixture
+def only_record():
+    """only_record(root): (path, record) of the one run record under a run root; fails if there is not exactly one."""
+    def read(root):
+        paths = sorted(root.glob("*/*/*/results.json"))
+        assert len(paths) == 1, f"expected one run record under {root}, found {[str(p) for p in paths]}"
+        return paths[0], json.loads(paths[0].read_text())
+    return read

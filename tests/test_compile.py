@@ -10,6 +10,8 @@ from vit_lightning import train
 from vit_lightning.bench.machine import compile_unavailable
 from vit_lightning.model import ENCODINGS, ViT
 
+pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
+
 TINY = [
     "--model.width=32", "--model.depth=2", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
     "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",

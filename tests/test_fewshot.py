@@ -18,6 +18,8 @@ from vit_lightning.data import ViTDataModule
 from vit_lightning.model import ViT
 from vit_lightning.results import cli as table_cli
 
+pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
+
 TINY = [
     "--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
     "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2",
@@ -146,15 +148,10 @@ def test_evaluate_streams_frozen_features_and_restores_mode_and_rng():
 
 # ---- during fit and afterwards -------------------------------------------------------------------
 
-def read_record(root):
-    [path] = sorted(root.glob("*/*/*/results.json"))
-    return path, json.loads(path.read_text())
-
-
-def test_fit_records_fewshot_and_the_cli_recomputes_it(tmp_path, monkeypatch, capsys):
+def test_fit_records_fewshot_and_the_cli_recomputes_it(tmp_path, monkeypatch, capsys, only_record):
     monkeypatch.chdir(tmp_path)
     assert train.main(TINY) == 0
-    path, record = read_record(tmp_path / "runs")
+    path, record = only_record(tmp_path / "runs")
     assert record["status"] == "completed"
     recorded = {name: record["metrics"][name] for name in NAMES}
     for k in fewshot.SHOTS:
@@ -176,13 +173,13 @@ def test_fit_records_fewshot_and_the_cli_recomputes_it(tmp_path, monkeypatch, ca
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_fewshot_every_epoch_leaves_training_as_it_was(tmp_path, monkeypatch):
+def test_fewshot_every_epoch_leaves_training_as_it_was(tmp_path, monkeypatch, only_record):
     monkeypatch.chdir(tmp_path)
     two = [*TINY, "--trainer.max_epochs=2", "--model.dropout=0.1", "--data.random_crop=true"]
     assert train.main([*two, "--run.fewshot_every=1", "--run.root=a"]) == 0
     assert train.main([*two, "--run.fewshot_shots=[]", "--run.root=b"]) == 0
-    path_a, a = read_record(tmp_path / "a")
-    _, b = read_record(tmp_path / "b")
+    path_a, a = only_record(tmp_path / "a")
+    _, b = only_record(tmp_path / "b")
     assert a["history"] == b["history"] and len(a["history"]) == 2
     assert "val/fewshot5" in a["metrics"] and not any("fewshot" in k for k in b["metrics"])
     with open(path_a.parent / "metrics.csv") as f:

@@ -7,6 +7,8 @@ import yaml
 
 from vit_lightning import train
 
+pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
+
 # A one-block model, one train and one val batch: each fit takes about a second on CPU.
 TINY = [
     "--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
@@ -48,7 +50,6 @@ def test_every_option_fits(extra, tmp_path, monkeypatch):
     record = json.loads(path.read_text())
     assert record["status"] == "completed", record["error"]
     assert 0.0 <= record["metrics"]["val/acc"] <= record["metrics"]["val/acc5"] <= 1.0
-    assert record["metrics"]["val/acc_best"] == record["metrics"]["val/acc"]
     for arg in extra:  # every option given lands in the record, under its CLI key
         key, value = arg[2:].split("=", 1)
         assert record["config"][key] == yaml.safe_load(value), key

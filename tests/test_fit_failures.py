@@ -1,6 +1,5 @@
 """`vit-ablate fit` when things go wrong: signals, a busy run dir, corrupt files, a full or read-only disk, bad input."""
 
-import json
 import os
 import signal
 import subprocess
@@ -12,11 +11,7 @@ import pytest
 from vit_lightning import runlock, train
 from vit_lightning.sweep import cli as sweep_cli
 
-TINY = [
-    "--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
-    "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0",
-    "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu", "--run.fewshot_shots=[]",
-]
+pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
 
 # Sends this process (rank SIGNAL_RANK) a signal when epoch 1 starts (like a pre-empting scheduler, or Ctrl-C).
 SIGNAL_AT_EPOCH_1 = r"""
@@ -33,11 +28,6 @@ sys.exit(train.main(sys.argv[1:]))
 """
 
 
-def only_record(root):
-    [path] = sorted(root.glob("*/*/*/results.json"))
-    return path, json.loads(path.read_text())
-
-
 def error_lines(text: str) -> list[str]:
     """Our own lines on stderr (Lightning's info lines aside)."""
     return [line for line in text.splitlines() if line.startswith("vit-ablate") or "Traceback" in line]
@@ -45,10 +35,10 @@ def error_lines(text: str) -> list[str]:
 
 # --- signals -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_fit_as_interrupted_and_the_same_command_resumes(sig, tmp_path, monkeypatch):
+def test_a_signal_stops_fit_as_interrupted_and_the_same_command_resumes(sig, tmp_path, monkeypatch, tiny_fit, only_record):
     script = tmp_path / "signal_at_epoch_1.py"
     script.write_text(SIGNAL_AT_EPOCH_1)
-    argv = [*TINY, "--trainer.max_epochs=2", f"--run.root={tmp_path / 'runs'}"]
+    argv = [*tiny_fit(2, 1, "--run.fewshot_shots=[]"), "--trainer.max_epochs=2", f"--run.root={tmp_path / 'runs'}"]
     env = {**os.environ, "SEND_SIGNAL": str(int(sig)), "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, str(script), *argv], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=300)
@@ -64,12 +54,13 @@ def test_a_signal_stops_fit_as_interrupted_and_the_same_command_resumes(sig, tmp
     assert record["status"] == "completed" and [h["epoch"] for h in record["history"]] == [0, 1]
 
 
-def test_sigterm_to_one_ddp_rank_stops_both_at_the_same_step(tmp_path):
+@pytest.mark.ddp
+def test_sigterm_to_one_ddp_rank_stops_both_at_the_same_step(tmp_path, tiny_fit, only_record):
     script = tmp_path / "signal_at_epoch_1.py"
     script.write_text(SIGNAL_AT_EPOCH_1)
     env = {**os.environ, "SEND_SIGNAL": str(int(signal.SIGTERM)), "SIGNAL_RANK": "1", "OMP_NUM_THREADS": "1",
            "WANDB_MODE": "disabled"}
-    argv = [sys.executable, str(script), *TINY, "--trainer.max_epochs=2", "--trainer.devices=2",
+    argv = [sys.executable, str(script), *tiny_fit(2, 1, "--run.fewshot_shots=[]"), "--trainer.max_epochs=2", "--trainer.devices=2",
             "--trainer.strategy=ddp", "--run.ddp_timeout_s=60"]
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 128 + signal.SIGTERM and "Traceback" not in done.stderr, done.stderr[-3000:]
@@ -78,8 +69,8 @@ def test_sigterm_to_one_ddp_rank_stops_both_at_the_same_step(tmp_path):
 
 
 # --- one writer per run dir ------------------------------------------------------------------------------
-def test_fit_leaves_a_run_dir_that_another_process_trains_alone(tmp_path, capsys):
-    argv = [*TINY, "--trainer.max_epochs=1", f"--run.root={tmp_path / 'runs'}", "--run.retrain=true"]
+def test_fit_leaves_a_run_dir_that_another_process_trains_alone(tmp_path, capsys, tiny_fit):
+    argv = [*tiny_fit(2, 1, "--run.fewshot_shots=[]"), "--trainer.max_epochs=1", f"--run.root={tmp_path / 'runs'}", "--run.retrain=true"]
     directory = train.FitCLI(argv).run_dir
     directory.mkdir(parents=True)
     for name in ("last.ckpt", "metrics.csv"):  # another process's files: a fresh start would delete them
@@ -97,9 +88,9 @@ def test_fit_leaves_a_run_dir_that_another_process_trains_alone(tmp_path, capsys
 
 
 # --- corrupt files -----------------------------------------------------------------------------------------
-def test_truncated_record_and_checkpoint_are_set_aside_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+def test_truncated_record_and_checkpoint_are_set_aside_and_the_run_goes_on(tmp_path, monkeypatch, capsys, tiny_fit, only_record):
     monkeypatch.chdir(tmp_path)
-    argv = [*TINY, "--trainer.max_epochs=1"]
+    argv = [*tiny_fit(2, 1, "--run.fewshot_shots=[]"), "--trainer.max_epochs=1"]
     assert train.main(argv) == 0
     path, first = only_record(tmp_path / "runs")
     path = path.relative_to(tmp_path)  # as fit names it: under the relative run root
@@ -144,15 +135,15 @@ def test_table_skips_truncated_records_and_names_them(tmp_path, capsys):
 
 
 # --- the disk ---------------------------------------------------------------------------------------------
-def test_a_read_only_run_root_is_one_line(readonly_dir, tmp_path, monkeypatch, capfd):
+def test_a_read_only_run_root_is_one_line(readonly_dir, tmp_path, monkeypatch, capfd, tiny_fit):
     monkeypatch.chdir(tmp_path)
-    assert train.main([*TINY, "--trainer.max_epochs=1", f"--run.root={readonly_dir / 'runs'}"]) == 1
+    assert train.main([*tiny_fit(2, 1, "--run.fewshot_shots=[]"), "--trainer.max_epochs=1", f"--run.root={readonly_dir / 'runs'}"]) == 1
     lines = error_lines(capfd.readouterr().err)
     assert len(lines) == 1 and lines[0].startswith(f"vit-ablate fit: error: cannot write the run dir: {readonly_dir}")
     assert not any(readonly_dir.iterdir())
 
 
-def test_a_full_disk_fails_the_run_with_its_reason_and_no_temp_files(small_disk, tmp_path, monkeypatch, capfd):
+def test_a_full_disk_fails_the_run_with_its_reason_and_no_temp_files(small_disk, tmp_path, monkeypatch, capfd, tiny_fit, only_record):
     root, mounted = small_disk
     if not mounted:  # the checkpoint (the big write) cannot be written, as on a full disk
         from vit_lightning import recovery
@@ -162,7 +153,7 @@ def test_a_full_disk_fails_the_run_with_its_reason_and_no_temp_files(small_disk,
 
         monkeypatch.setattr(recovery, "write_atomic", no_space)
     monkeypatch.chdir(tmp_path)
-    assert train.main([*TINY, "--trainer.max_epochs=1", f"--run.root={root / 'runs'}"]) == 1
+    assert train.main([*tiny_fit(2, 1, "--run.fewshot_shots=[]"), "--trainer.max_epochs=1", f"--run.root={root / 'runs'}"]) == 1
     path, record = only_record(root / "runs")
     assert record["status"] == "failed" and record["error"] == "OSError: [Errno 28] No space left on device"
     assert error_lines(capfd.readouterr().err) == [
@@ -188,7 +179,8 @@ def test_sweep_refuses_in_one_line(setting, tmp_path, capsys):
     assert len(err) == 1 and setting.split("=")[0] in err[0] and not any(tmp_path.iterdir())
 
 
-def test_ddp_collective_timeout_is_set_from_the_run_option():
-    base = [*TINY, "--trainer.devices=2", "--trainer.strategy=ddp"]
+@pytest.mark.ddp
+def test_ddp_collective_timeout_is_set_from_the_run_option(tiny_fit):
+    base = [*tiny_fit(2, 1, "--run.fewshot_shots=[]"), "--trainer.devices=2", "--trainer.strategy=ddp"]
     assert train.FitCLI(base).trainer.strategy._timeout == timedelta(seconds=train.DDP_TIMEOUT_S)
     assert train.FitCLI([*base, "--run.ddp_timeout_s=7.5"]).trainer.strategy._timeout == timedelta(seconds=7.5)

@@ -6,12 +6,15 @@ import os
 import re
 import subprocess
 import sys
+from datetime import datetime, timezone
 
 import pytest
 import torch
 
 from vit_lightning import train, wandb_run
 from vit_lightning.module import ViTClassifier
+
+pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
 
 TINY = [
     "--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
@@ -22,17 +25,12 @@ TINY = [
 TWO_EPOCHS = [*TINY, "--trainer.max_epochs=2", "--model.dropout=0.1", "--model.warmup_epochs=0.5"]
 
 
-def only_record(root):
-    [path] = sorted(root.glob("*/*/*/results.json"))
-    return path, json.loads(path.read_text())
-
-
 def crash_at_epoch_1(self):
     if self.current_epoch == 1:
         raise RuntimeError("simulated crash\nwith a second line")
 
 
-def test_resumed_run_matches_uninterrupted_and_same_seed_repeats(tmp_path, monkeypatch):
+def test_resumed_run_matches_uninterrupted_and_same_seed_repeats(tmp_path, monkeypatch, only_record):
     monkeypatch.chdir(tmp_path)
     straight = [*TWO_EPOCHS, f"--run.root={tmp_path / 'a'}"]
     assert train.main(straight) == 0
@@ -43,7 +41,10 @@ def test_resumed_run_matches_uninterrupted_and_same_seed_repeats(tmp_path, monke
     assert train.main(again) == 0
     assert only_record(tmp_path / "again")[1]["history"] == a["history"]  # same seed, same numbers
 
+    assert a["metrics"]["val/acc_best"] == max(h["val/acc"] for h in a["history"])  # the best epoch, not the last
+
     crashing = [*TWO_EPOCHS, f"--run.root={tmp_path / 'b'}"]
+    began = datetime.now(timezone.utc).replace(microsecond=0)
     with monkeypatch.context() as patch:
         patch.setattr(ViTClassifier, "on_train_epoch_start", crash_at_epoch_1, raising=False)
         with pytest.raises(RuntimeError, match="simulated crash"):
@@ -57,10 +58,12 @@ def test_resumed_run_matches_uninterrupted_and_same_seed_repeats(tmp_path, monke
     assert path_b == path and b["status"] == "completed" and b["error"] is None
     assert b["history"] == a["history"]
     assert b["metrics"] == a["metrics"]
-    assert b["started_at"] <= b["finished_at"]
+    # the first attempt's start is kept across the resume; both times lie within this test's calls
+    started, finished = (datetime.fromisoformat(b[key]) for key in ("started_at", "finished_at"))
+    assert began <= started <= finished <= datetime.now(timezone.utc)
 
 
-def test_completed_run_is_skipped_unless_retrain(tmp_path, monkeypatch, capsys):
+def test_completed_run_is_skipped_unless_retrain(tmp_path, monkeypatch, capsys, only_record):
     monkeypatch.chdir(tmp_path)
     argv = [*TINY, "--trainer.max_epochs=1"]
     assert train.main(argv) == 0
@@ -77,7 +80,7 @@ def test_completed_run_is_skipped_unless_retrain(tmp_path, monkeypatch, capsys):
     assert len((path.parent / "metrics.csv").read_text().splitlines()) == 1 + 3
 
 
-def test_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
+def test_checkpoint_loads_with_weights_only(tmp_path, monkeypatch, only_record):
     monkeypatch.chdir(tmp_path)
     assert train.main([*TINY, "--trainer.max_epochs=1", "--model.pos_encoding=learned_2d",
                        "--model.hybrid_layers=[2, 2]"]) == 0
@@ -90,7 +93,7 @@ def test_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
     assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
 
 
-def test_non_finite_loss_stops_and_records_diverged(tmp_path, monkeypatch):
+def test_non_finite_loss_stops_and_records_diverged(tmp_path, monkeypatch, only_record):
     monkeypatch.chdir(tmp_path)
     argv = [*TINY, "--trainer.max_epochs=3", "--trainer.limit_train_batches=6", "--model.lr=1e8",
             "--trainer.gradient_clip_val=null", "--trainer.log_every_n_steps=1", "--model.warmup_epochs=0"]
@@ -111,7 +114,7 @@ def wandb_offline_env(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
 
 
-def test_wandb_offline_writes_a_local_run(tmp_path, monkeypatch):
+def test_wandb_offline_writes_a_local_run(tmp_path, monkeypatch, only_record):
     wandb_offline_env(tmp_path, monkeypatch)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     assert wandb_run.mode("auto") is None  # no agent, no credentials: off
@@ -124,7 +127,7 @@ def test_wandb_offline_writes_a_local_run(tmp_path, monkeypatch):
     assert list((path.parent / "wandb").glob(f"offline-run-*-{record['wandb']['run_id']}"))
 
 
-def test_wandb_resumed_fit_logs_to_the_same_run(tmp_path, monkeypatch):
+def test_wandb_resumed_fit_logs_to_the_same_run(tmp_path, monkeypatch, only_record):
     wandb_offline_env(tmp_path, monkeypatch)
     argv = [*TWO_EPOCHS, "--run.wandb=offline", "--run.wandb_project=p"]
     with monkeypatch.context() as patch:
@@ -143,7 +146,8 @@ def test_wandb_resumed_fit_logs_to_the_same_run(tmp_path, monkeypatch):
                                       for folder in attempts)
 
 
-def test_ddp_two_cpu_processes_write_one_record(tmp_path, monkeypatch):
+@pytest.mark.ddp
+def test_ddp_two_cpu_processes_write_one_record(tmp_path, monkeypatch, only_record):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     # Called from Python, so fit runs as its own `vit-ablate fit` process, whose ranks get its argv.
@@ -178,7 +182,8 @@ sys.exit(train.main(sys.argv[1:]))
 """
 
 
-def test_ddp_nan_on_one_rank_stops_every_rank(tmp_path):
+@pytest.mark.ddp
+def test_ddp_nan_on_one_rank_stops_every_rank(tmp_path, only_record):
     script = tmp_path / "nan_on_rank_1.py"
     script.write_text(NAN_ON_RANK_1)
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
@@ -191,7 +196,7 @@ def test_ddp_nan_on_one_rank_stops_every_rank(tmp_path):
     assert record["status"] == "diverged" and record["metrics"]["steps"] == 3
 
 
-def test_crash_before_training_is_recorded_as_failed(tmp_path, monkeypatch):
+def test_crash_before_training_is_recorded_as_failed(tmp_path, monkeypatch, only_record):
     from vit_lightning.data import ViTDataModule
 
     monkeypatch.chdir(tmp_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 from pathlib import Path
@@ -236,7 +237,11 @@ def test_gpu_split_is_shared_by_both_backends():
     assert slot_envs([["0", "1"], ["2", "3"]]) == [{"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}]
     assert slot_envs([[]]) == [{}]
     assert slot_envs([[], []], cpus=8) == [{"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}] * 2
-    assert wandb_backend.agent_commands(["p/x"], [[], []])[1].env == slot_envs([[], []])[1]
+    # each agent gets its own slot: its GPUs, or without GPUs half of this machine's CPU threads
+    assert [a.env for a in wandb_backend.agent_commands(["p/x"], [["0"], ["1"]])] == [
+        {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    half = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    assert wandb_backend.agent_commands(["p/x"], [[], []])[1].env == {"OMP_NUM_THREADS": half, "MKL_NUM_THREADS": half}
 
 
 def test_agent_commands_and_env():

@@ -15,6 +15,8 @@ import yaml
 
 from vit_lightning.sweep import cli, local, trials
 
+pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
+
 WRAPPER = r'''
 import hashlib, json, os, sys
 args = sys.argv[1:]

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
+
 pytest.importorskip("wandb")
 
 import wandb_agent  # noqa: E402  (tests/wandb_agent.py)
