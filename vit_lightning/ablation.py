@@ -13,10 +13,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from vit_lightning.bookkeeping import BEST_METRIC, SEED_KEY
 from vit_lightning.defaults import DEMO
 
-SEED_KEY = "seed_everything"
-METRIC = "val/acc_best"
+METRIC = BEST_METRIC
 # How an ablation's table reads (Ablation.layout); results/ has one builder per layout.
 LAYOUTS = {
     "grid": "rows x cols (like Table 8); every cell tested against the baseline cell and against the best",

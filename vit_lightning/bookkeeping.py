@@ -8,7 +8,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 RUN_DEFAULTS = {"run.root": "runs", "run.ablation": "adhoc", "run.profile": "local"}  # fit's --run.* defaults
+# The run directory's vocabulary: every module names these files and keys through here.
 RECORD = "results.json"  # a run's record, in its run directory
+LAST_CKPT = "last.ckpt"  # the run's one checkpoint, overwritten every epoch: resume point and final weights
+SEED_KEY = "seed_everything"  # the seed's option name (a sweep key, a record config key)
+BEST_METRIC = "val/acc_best"  # the best epoch's validation accuracy: the sweeps' metric and the tables' value
 FINAL = ("completed", "diverged")  # record statuses that end a run: a re-run skips it unless asked to retrain
 
 

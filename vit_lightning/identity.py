@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from vit_lightning.bookkeeping import RUN_DEFAULTS
+from vit_lightning.bookkeeping import RUN_DEFAULTS, SEED_KEY
 
 # Keys that do not change what is trained: bookkeeping (already in the path), display switches, and
 # compilation (the same model, computed faster: a run may resume with it toggled).
@@ -129,7 +129,7 @@ def run_name(params: dict[str, Any], world: int = 1) -> str:
     lr = get("model.lr")
     parts = [get("data.name"), get("model.variant"), patch, get("model.pos_encoding"), get("model.pos_injection"),
              get("model.pooling"), f"lr{lr:g}" if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
-             f"s{get('seed_everything')}" if "seed_everything" in values else None,
+             f"s{get(SEED_KEY)}" if SEED_KEY in values else None,
              f"w{world}" if world != 1 else None, digest]
     name = "-".join(str(p) for p in parts if p is not None)
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)

@@ -14,7 +14,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
-from vit_lightning.bookkeeping import RECORD, now, one_line, write_atomic
+from vit_lightning.bookkeeping import BEST_METRIC, RECORD, now, one_line, write_atomic
 from vit_lightning.callbacks import DivergenceStop, stop_signal
 from vit_lightning.identity import number, plain
 
@@ -93,6 +93,7 @@ class RunRecord(pl.Callback):
     def __init__(self, directory: Path, config: dict[str, Any], facts: dict[str, Any], divergence: DivergenceStop):
         self.directory, self.config, self.facts, self.divergence = Path(directory), config, facts, divergence
         self.history: list[dict] = []
+        self.previous: dict | None = None  # the record fit read once it held the run dir (None: read it here)
         self.seconds = {"wall": 0.0, "train": 0.0}  # totals over attempts, up to the last checkpoint
         self.train_images = 0
         self.record: dict = {}
@@ -165,7 +166,7 @@ class RunRecord(pl.Callback):
 
     # --- helpers -------------------------------------------------------------------------------------
     def _new_record(self, trainer: pl.Trainer) -> dict:
-        previous = read_record(self.directory) or {}
+        previous = (read_record(self.directory) if self.previous is None else self.previous) or {}
         cfg = self.config
         return {
             "schema": SCHEMA, "name": self.directory.name, "trial": self.directory.name,  # the sweep's lookup key
@@ -185,7 +186,7 @@ class RunRecord(pl.Callback):
     def _update(self, trainer: pl.Trainer) -> None:
         rec, last = self.record, (self.history[-1] if self.history else {})
         accs = [h["val/acc"] for h in self.history if h.get("val/acc") is not None]
-        rec["metrics"] = {**{k: last.get(k) for k in HISTORY_KEYS}, "val/acc_best": max(accs) if accs else None,
+        rec["metrics"] = {**{k: last.get(k) for k in HISTORY_KEYS}, BEST_METRIC: max(accs) if accs else None,
                           "epochs": len(self.history), "steps": trainer.global_step, **self.extra_metrics}
         totals = self._totals()
         rec["compute"]["wall_s"] = round(totals["wall"], 2)

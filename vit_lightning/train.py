@@ -25,7 +25,7 @@ from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import Logger, WandbLogger
 
 from vit_lightning import fewshot, runlock, wandb_run
-from vit_lightning.bookkeeping import FINAL, RECORD, RUN_DEFAULTS, describe
+from vit_lightning.bookkeeping import FINAL, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, describe
 from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
 from vit_lightning.data import ViTDataModule
 from vit_lightning.defaults import DEMO
@@ -94,6 +94,7 @@ class FitCLI(LightningCLI):
             world = world_size(config, torch.cuda.device_count())
             config[TRIAL_KEY] = run_name(wandb_run.sweep_params() or config, world)
         self.run_dir = directory = run_dir(config)
+        self.flat = config
         shots = config["run.fewshot_shots"]
         facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
         divergence, self.stop = DivergenceStop(), StopSignal()
@@ -104,7 +105,7 @@ class FitCLI(LightningCLI):
         callbacks = [
             *(given if isinstance(given, list) else [given]),
             # One checkpoint, overwritten every epoch: {run dir}/last.ckpt (resume point, final weights).
-            ModelCheckpoint(dirpath=directory, filename="last", save_top_k=1, save_on_train_epoch_end=True,
+            ModelCheckpoint(dirpath=directory, filename=Path(LAST_CKPT).stem, save_top_k=1, save_on_train_epoch_end=True,
                             enable_version_counter=False),
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
             divergence,
@@ -112,12 +113,12 @@ class FitCLI(LightningCLI):
             self.run_record,
             wandb_run.WandbSummary(self.run_record),  # after the record: mirrors what it has just written
             ConfigToLoggers(config),
-            EpochSeed(config.get("seed_everything")),
+            EpochSeed(config.get(SEED_KEY)),
             RichProgressBar() if tty else EpochPrinter(),
         ]
         trainer = super().instantiate_trainer(
             # default_root_dir: where Lightning's SLURM requeue checkpoint (hpc_ckpt_*.ckpt) goes and is resumed from
-            **kwargs, callbacks=callbacks, logger=make_loggers(directory, config), enable_autolog_hparams=False,
+            **kwargs, callbacks=callbacks, logger=[RunCSVLogger(directory)], enable_autolog_hparams=False,
             default_root_dir=str(directory),
             enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
         )
@@ -147,6 +148,7 @@ class FitCLI(LightningCLI):
         directory, retrain = self.run_dir, self.config["run.retrain"]
         bad_record = drop_corrupt_record(directory)
         previous = read_record(directory)
+        self.run_record.previous = previous or {}
         if previous and previous.get("status") in FINAL and not retrain:
             _say(f"vit-ablate fit: skipped, run already {previous['status']}; record: {directory / RECORD}")
             return 0
@@ -158,8 +160,11 @@ class FitCLI(LightningCLI):
             self.run_record.recovery = "; ".join(dropped) + then
             _warn(f"vit-ablate fit: {self.run_record.recovery}")
         if ckpt_path is None and rank_zero_only.rank == 0:
-            for stale in ("last.ckpt", "metrics.csv", *(p.name for p in directory.glob("hpc_ckpt_*.ckpt"))):
+            for stale in (LAST_CKPT, "metrics.csv", *(p.name for p in directory.glob("hpc_ckpt_*.ckpt"))):
                 (directory / stale).unlink(missing_ok=True)  # a fresh start must not append to an old attempt
+        # W&B attached only now: whether it resumes a run depends on the record read under the lock
+        if wandb_logger := wandb_run.logger(directory, self.flat, previous or {}):
+            self.trainer.loggers = [*self.trainer.loggers, wandb_logger]
         _say(f"vit-ablate fit: {'resuming from ' + ckpt_path if ckpt_path else 'run dir ' + str(directory)}")
         try:
             self.trainer.fit(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path)
@@ -190,7 +195,7 @@ class FitCLI(LightningCLI):
 def checkpoints(directory: Path) -> list[Path]:
     """A run dir's checkpoints: last.ckpt (written at each epoch's end) and the hpc_ckpt_N.ckpt Lightning
     saves there when SLURM signals a requeue (`sbatch --signal=SIGUSR1@90`)."""
-    return [p for p in (directory / "last.ckpt", *directory.glob("hpc_ckpt_*.ckpt")) if p.is_file()]
+    return [p for p in (directory / LAST_CKPT, *directory.glob("hpc_ckpt_*.ckpt")) if p.is_file()]
 
 
 def resume_point(directory: Path) -> Path | None:
@@ -249,12 +254,6 @@ class RunCSVLogger(Logger):
                 writer.writeheader()
             writer.writerows([*old, *self.rows])
         self.rows = []
-
-
-def make_loggers(directory: Path, config: dict) -> list:
-    """CSV always; W&B (Lightning's WandbLogger, which creates the run on rank 0 only) when enabled."""
-    wandb_logger = wandb_run.logger(directory, config)
-    return [RunCSVLogger(directory), *([wandb_logger] if wandb_logger else [])]
 
 
 def _finish_wandb(trainer: pl.Trainer) -> None:

@@ -56,16 +56,17 @@ def sweep_params() -> dict[str, Any] | None:
     return {k: v["value"] for k, v in data.items() if isinstance(v, dict) and "value" in v}
 
 
-def logger(directory: Path, config: dict) -> WandbLogger | None:
+def logger(directory: Path, config: dict, previous: dict | None = None) -> WandbLogger | None:
     """Lightning's WandbLogger for this run (it creates the W&B run on rank 0 only), or None when W&B is off.
 
     An interrupted run continues its W&B run: outside an agent by the id its record holds; under an agent
-    the agent names the run, and a requeued trial gets its old id back.
+    the agent names the run, and a requeued trial gets its old id back. previous: the record as fit found it
+    once it held the run dir (read here when not given).
     """
     chosen = mode(config["run.wandb"])
     if not chosen:
         return None
-    previous = read_record(directory) or {}
+    previous = (read_record(directory) if previous is None else previous) or {}
     run_id = (previous.get("wandb") or {}).get("run_id")
     unfinished = bool(run_id) and previous.get("status") not in FINAL and not config["run.retrain"]
     # WandbLogger has wandb.init resume the run of its id ("allow"): under an agent the agent's id (WANDB_RUN_ID,

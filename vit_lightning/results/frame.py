@@ -7,11 +7,12 @@ from typing import Any
 
 import pandas as pd
 
+from vit_lightning.bookkeeping import SEED_KEY
 from vit_lightning.identity import plain, same
 from vit_lightning.results.stats import summarize
 from vit_lightning.results.store import record_time
 
-SEED = "seed_everything"
+SEED = SEED_KEY
 COMPUTE = ("params", "gflops_per_image", "train_images_per_s", "wall_s")
 UNFINISHED = {"failed": "did not finish", "diverged": "did not finish (non-finite loss)",
               "running": "unfinished (still running, or killed)"}
