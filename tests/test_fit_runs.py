@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pytest
 import torch
 
-from vit_lightning import train, wandb_run
+from vit_lightning import loggers, train
 from vit_lightning.module import ViTClassifier
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
@@ -117,9 +117,9 @@ def wandb_offline_env(tmp_path, monkeypatch) -> None:
 def test_wandb_offline_writes_a_local_run(tmp_path, monkeypatch, only_record):
     wandb_offline_env(tmp_path, monkeypatch)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
-    assert wandb_run.mode("auto") is None  # no agent, no credentials: off
+    assert loggers.mode("auto") is None  # no agent, no credentials: off
     monkeypatch.setenv("WANDB_SWEEP_ID", "abc123")
-    assert wandb_run.mode("auto") == "offline"  # under an agent without credentials: offline
+    assert loggers.mode("auto") == "offline"  # under an agent without credentials: offline
     monkeypatch.delenv("WANDB_SWEEP_ID")
     assert train.main([*TINY, "--trainer.max_epochs=1", "--run.wandb=offline", "--run.wandb_project=p"]) == 0
     path, record = only_record(tmp_path / "runs")

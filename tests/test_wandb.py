@@ -197,18 +197,18 @@ def test_a_signal_marks_the_run_preempting_and_an_error_does_not():
     from lightning.pytorch.loggers import WandbLogger
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from vit_lightning import wandb_run
+    from vit_lightning import loggers
 
     record = SimpleNamespace(record={"status": "failed", "metrics": {"val/acc_best": 0.5}, "compute": {"params": 7}})
     for exception, preempting in ((KeyboardInterrupt(), True), (SIGTERMException(), True), (RuntimeError(), False)):
         logger = object.__new__(WandbLogger)
         logger._experiment = run = mock.MagicMock()
         trainer = SimpleNamespace(is_global_zero=True, loggers=[logger])
-        wandb_run.WandbSummary(record).on_exception(trainer, None, exception)
+        loggers.WandbSummary(record).on_exception(trainer, None, exception)
         assert run.mark_preempting.called == preempting
         run.summary.update.assert_called_once_with({"val/acc_best": 0.5, "compute/params": 7, "status": "failed"})
     rank1 = SimpleNamespace(is_global_zero=False, loggers=[logger])
-    wandb_run.WandbSummary(record).on_exception(rank1, None, KeyboardInterrupt())
+    loggers.WandbSummary(record).on_exception(rank1, None, KeyboardInterrupt())
     assert run.mark_preempting.call_count == 0  # only rank 0 has the W&B run
 
 
@@ -216,7 +216,7 @@ def test_self_hosted_login_is_found_as_wandb_finds_it(tmp_path, monkeypatch):
     """`wandb login --host URL` saves base_url in wandb's settings file and the key in netrc under that host."""
     import wandb
 
-    from vit_lightning import wandb_run
+    from vit_lightning import loggers
 
     key = "k" * 40
 
@@ -235,7 +235,7 @@ def test_self_hosted_login_is_found_as_wandb_finds_it(tmp_path, monkeypatch):
                 patch.setenv(var, value)
             wandb.teardown()  # wandb reads its settings once per process: start afresh, as a new process would
             try:
-                return wandb_backend.has_credentials(), wandb_run.mode("auto")
+                return wandb_backend.has_credentials(), loggers.mode("auto")
             finally:
                 wandb.teardown()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import errno
 import logging
 import signal
@@ -12,7 +11,7 @@ import warnings
 from argparse import ArgumentError
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import lightning.pytorch as pl
 import torch
@@ -21,10 +20,8 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.core.saving import save_hparams_to_yaml
-from lightning.pytorch.loggers import Logger, WandbLogger
 
-from vit_lightning import fewshot, runlock, wandb_run
+from vit_lightning import fewshot, loggers, runlock
 from vit_lightning.bookkeeping import FINAL, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, describe
 from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
 from vit_lightning.data import ViTDataModule
@@ -65,7 +62,7 @@ class FitCLI(LightningCLI):
         parser.add_argument("--run.trial", type=str | None, default=None,
                             help="Run directory name given by the sweep runner (default: from the config).")
         parser.add_argument("--run.retrain", type=bool, default=False, help="Train again even if completed.")
-        parser.add_argument("--run.wandb", type=Literal[wandb_run.MODES], default="auto",
+        parser.add_argument("--run.wandb", type=Literal[loggers.MODES], default="auto",
                             help="auto: on under a W&B agent or with credentials (offline without them).")
         parser.add_argument("--run.wandb_project", type=str | None, default=None, help="W&B project.")
         parser.add_argument("--run.fewshot_shots", type=list[int], default=list(fewshot.SHOTS),
@@ -92,7 +89,7 @@ class FitCLI(LightningCLI):
             raise ValueError(error)
         if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
             world = world_size(config, torch.cuda.device_count())
-            config[TRIAL_KEY] = run_name(wandb_run.sweep_params() or config, world)
+            config[TRIAL_KEY] = run_name(loggers.sweep_params() or config, world)
         self.run_dir = directory = run_dir(config)
         self.flat = config
         shots = config["run.fewshot_shots"]
@@ -111,14 +108,14 @@ class FitCLI(LightningCLI):
             divergence,
             self.stop,
             self.run_record,
-            wandb_run.WandbSummary(self.run_record),  # after the record: mirrors what it has just written
+            loggers.WandbSummary(self.run_record),  # after the record: mirrors what it has just written
             ConfigToLoggers(config),
             EpochSeed(config.get(SEED_KEY)),
             RichProgressBar() if tty else EpochPrinter(),
         ]
         trainer = super().instantiate_trainer(
             # default_root_dir: where Lightning's SLURM requeue checkpoint (hpc_ckpt_*.ckpt) goes and is resumed from
-            **kwargs, callbacks=callbacks, logger=[RunCSVLogger(directory)], enable_autolog_hparams=False,
+            **kwargs, callbacks=callbacks, logger=[loggers.RunCSVLogger(directory)], enable_autolog_hparams=False,
             default_root_dir=str(directory),
             enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
         )
@@ -163,7 +160,7 @@ class FitCLI(LightningCLI):
             for stale in (LAST_CKPT, "metrics.csv", *(p.name for p in directory.glob("hpc_ckpt_*.ckpt"))):
                 (directory / stale).unlink(missing_ok=True)  # a fresh start must not append to an old attempt
         # W&B attached only now: whether it resumes a run depends on the record read under the lock
-        if wandb_logger := wandb_run.logger(directory, self.flat, previous or {}):
+        if wandb_logger := loggers.logger(directory, self.flat, previous or {}):
             self.trainer.loggers = [*self.trainer.loggers, wandb_logger]
         _say(f"vit-ablate fit: {'resuming from ' + ckpt_path if ckpt_path else 'run dir ' + str(directory)}")
         try:
@@ -176,7 +173,7 @@ class FitCLI(LightningCLI):
                 return _error(f"{describe(error)}{where}; fix that and run the same command again to resume", 1)
             raise
         finally:
-            _finish_wandb(self.trainer)
+            loggers.finish_wandb(self.trainer)
         return 0
 
     def interrupted(self, signum: int) -> int:
@@ -201,68 +198,6 @@ def checkpoints(directory: Path) -> list[Path]:
 def resume_point(directory: Path) -> Path | None:
     """An interrupted run's newest checkpoint in its run dir."""
     return max(checkpoints(directory), key=lambda p: p.stat().st_mtime_ns, default=None)
-
-
-class RunCSVLogger(Logger):
-    """metrics.csv and hparams.yaml straight in the run dir, Lightning's CSV layout; a resumed run continues them."""
-
-    def __init__(self, directory: Path):
-        super().__init__()
-        self.directory = Path(directory)
-        self.rows: list[dict[str, Any]] = []
-
-    @property
-    def name(self) -> str:
-        return ""
-
-    @property
-    def version(self) -> str:
-        return ""
-
-    @property
-    def save_dir(self) -> str:
-        return str(self.directory)  # the trainer's log_dir: config.yaml lands here too
-
-    @rank_zero_only
-    def log_hyperparams(self, params, *args, **kwargs) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        save_hparams_to_yaml(self.directory / "hparams.yaml", dict(params))
-
-    @rank_zero_only
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.rows.append({**metrics, "step": step})
-
-    @rank_zero_only
-    def save(self) -> None:
-        """Append the new rows; when they bring new columns, rewrite the file under the sorted union of columns."""
-        if not self.rows:
-            return
-        path = self.directory / "metrics.csv"
-        old: list[dict] = []
-        header: list[str] = []
-        if path.is_file():
-            with path.open(newline="") as file:
-                header = next(csv.reader(file), [])
-        keys = sorted(set(header).union(*self.rows))
-        if header and keys != header:
-            with path.open(newline="") as file:
-                old = list(csv.DictReader(file))
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with path.open("a" if header and keys == header else "w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=keys)
-            if not (header and keys == header):
-                writer.writeheader()
-            writer.writerows([*old, *self.rows])
-        self.rows = []
-
-
-def _finish_wandb(trainer: pl.Trainer) -> None:
-    """Close the W&B run Lightning opened on rank 0, so a later fit in this process starts its own."""
-    if trainer.is_global_zero and any(isinstance(logger, WandbLogger) for logger in trainer.loggers):
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish(exit_code=1 if trainer.state.status.value == "interrupted" else 0)
 
 
 def _reruns_this_fit(argv: list[str]) -> bool:

@@ -112,7 +112,7 @@ def _history(rows: Iterable[dict]) -> list[dict]:
 def from_wandb_run(run: Any, ablation: str, profile: str, sweep_id: str | None = None) -> dict:
     """Map a wandb.apis.public.Run (config, summary, history) to our run record schema.
 
-    `fit` mirrors its record into the run's summary (wandb_run.summary): the metrics, compute/* facts,
+    `fit` mirrors its record into the run's summary (loggers.summary): the metrics, compute/* facts,
     status, trial id and times; runs logged otherwise fall back on W&B's own state and timestamps.
     """
     config = flatten(dict(run.config))

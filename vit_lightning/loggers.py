@@ -1,4 +1,5 @@
-"""The W&B side of `vit-ablate fit`: whether it logs, its WandbLogger, and what each run tells W&B.
+"""The loggers of `vit-ablate fit`: its CSV log, and the W&B side (whether it logs, its WandbLogger, what each run
+tells W&B, closing the run). Every wandb call of fit goes through here.
 
 Lightning's WandbLogger creates the run on rank 0 only. `WandbSummary` mirrors the run record into
 that run (the sweep metric every epoch and in the summary, the compute facts, the status), so W&B's
@@ -9,13 +10,16 @@ the same W&B run id and resumes it from the trial's last.ckpt, continuing the sa
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import yaml
-from lightning.pytorch.loggers import WandbLogger
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.core.saving import save_hparams_to_yaml
+from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vit_lightning.ablation import METRIC as SWEEP_METRIC  # every ablation's sweep metric
@@ -125,3 +129,65 @@ def _wandb_loggers(trainer: pl.Trainer) -> list[WandbLogger]:
     if not trainer.is_global_zero:
         return []
     return [logger_ for logger_ in trainer.loggers if isinstance(logger_, WandbLogger)]
+
+
+class RunCSVLogger(Logger):
+    """metrics.csv and hparams.yaml straight in the run dir, Lightning's CSV layout; a resumed run continues them."""
+
+    def __init__(self, directory: Path):
+        super().__init__()
+        self.directory = Path(directory)
+        self.rows: list[dict[str, Any]] = []
+
+    @property
+    def name(self) -> str:
+        return ""
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    @property
+    def save_dir(self) -> str:
+        return str(self.directory)  # the trainer's log_dir: config.yaml lands here too
+
+    @rank_zero_only
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        save_hparams_to_yaml(self.directory / "hparams.yaml", dict(params))
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.rows.append({**metrics, "step": step})
+
+    @rank_zero_only
+    def save(self) -> None:
+        """Append the new rows; when they bring new columns, rewrite the file under the sorted union of columns."""
+        if not self.rows:
+            return
+        path = self.directory / "metrics.csv"
+        old: list[dict] = []
+        header: list[str] = []
+        if path.is_file():
+            with path.open(newline="") as file:
+                header = next(csv.reader(file), [])
+        keys = sorted(set(header).union(*self.rows))
+        if header and keys != header:
+            with path.open(newline="") as file:
+                old = list(csv.DictReader(file))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with path.open("a" if header and keys == header else "w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=keys)
+            if not (header and keys == header):
+                writer.writeheader()
+            writer.writerows([*old, *self.rows])
+        self.rows = []
+
+
+def finish_wandb(trainer: pl.Trainer) -> None:
+    """Close the W&B run Lightning opened on rank 0, so a later fit in this process starts its own."""
+    if trainer.is_global_zero and any(isinstance(logger, WandbLogger) for logger in trainer.loggers):
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish(exit_code=1 if trainer.state.status.value == "interrupted" else 0)
