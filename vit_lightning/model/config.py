@@ -18,6 +18,36 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
     "H": (32, 1280, 5120, 16),
 }
 
+ARCHS = ("vit", "swin")
+
+# Swin name: (width C of stage 1, blocks per stage, heads per stage); the Swin paper's section 3.3 plus a CPU
+# demo size (two stages: 14x14 then 7x7 tokens for 28x28 digits in patches of 2)
+SWIN_VARIANTS: dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]] = {
+    "micro": (32, (2, 2), (2, 4)),
+    "T": (96, (2, 2, 6, 2), (3, 6, 12, 24)),
+    "S": (96, (2, 2, 18, 2), (3, 6, 12, 24)),
+    "B": (128, (2, 2, 18, 2), (4, 8, 16, 32)),
+    "L": (192, (2, 2, 18, 2), (6, 12, 24, 48)),
+}
+
+# Swin's position choices (its Table 4): name -> (absolute table after the patch embedding, relative bias)
+SWIN_ENCODINGS: dict[str, tuple[bool, bool]] = {
+    "none": (False, False),
+    "learned_1d": (True, False),
+    "relative_bias_2d": (False, True),
+    "learned_1d+relative_bias_2d": (True, True),
+}
+
+# what None means for an option whose natural default differs by architecture
+ARCH_DEFAULTS = {
+    "vit": {"pooling": "cls", "pos_encoding": "learned_1d"},
+    "swin": {"pooling": "gap", "pos_encoding": "relative_bias_2d"},
+}
+# options of one architecture only, with the value that means "not used"
+VIT_ONLY = {"depth": None, "heads": None, "mlp_dim": None, "stem": "patch", "pos_injection": "stem",
+            "hybrid_layers": (3, 4, 9), "hybrid_width": 64}
+SWIN_ONLY = {"window_size": 7, "shift": True}
+
 
 def check_choice(option: str, value, choices) -> None:
     if value not in choices:
@@ -28,21 +58,27 @@ def check_choice(option: str, value, choices) -> None:
 class ViTConfig:
     """Plain options of a ViT; `width/depth/heads/mlp_dim` default to the variant's.
 
+    `arch` chooses the backbone: `vit` (ViT) or `swin` (Swin, see model/swin.py). Options of one
+    architecture only are refused for the other in one line.
+
     Every field is also a `vit-ablate fit` option, `--model.<field>`, with this docstring as its help.
 
     Args:
-        variant: size preset (VARIANTS: micro is the CPU demo size, Ti, S, B, L, H the paper's and DeiT's).
+        arch: vit or swin.
+        variant: size preset (VARIANTS: micro is the CPU demo size, Ti, S, B, L, H the paper's and DeiT's;
+            for swin SWIN_VARIANTS: micro, T, S, B, L).
         img_size: input side in pixels, or (height, width); `fit` sets it from the data.
         in_chans: input channels; `fit` sets it from the data.
         num_classes: output classes; `fit` sets it from the data.
         patch_size: side of the square patches (the hybrid stem's stride replaces it).
-        width: token width D, overriding the variant's.
+        width: token width D (Swin: C of the first stage), overriding the variant's.
         depth: number of encoder blocks, overriding the variant's.
         heads: attention heads, overriding the variant's; must divide width.
         mlp_dim: hidden size of the blocks' MLP, overriding the variant's.
-        pos_encoding: position encoding, a name in position.ENCODINGS.
+        pos_encoding: position encoding, a name in position.ENCODINGS (default learned_1d); for swin a name in
+            SWIN_ENCODINGS (default relative_bias_2d).
         pos_injection: where the encoding enters (stem, every_layer, every_layer_shared), as the encoding allows.
-        pooling: tokens to one vector, a name in POOLINGS: cls ([class] token), gap (the paper's: final
+        pooling: tokens to one vector (default cls; swin: gap only), a name in POOLINGS: cls ([class] token), gap (the paper's: final
             LayerNorm on every token, then the mean), gap_fcnorm (timm's: mean, then LayerNorm),
             gap_fcnorm_cls (timm's avg pooling with a class token left out of the mean), map (attention).
         stem: patch, or hybrid (a BiT ResNet of stages `hybrid_layers`, root width `hybrid_width`).
@@ -51,8 +87,12 @@ class ViTConfig:
         head: classifier on the pooled vector, a name in HEADS.
         dropout: dropout after the position encoding and in the blocks' MLP and attention output.
         attn_dropout: dropout on the attention probabilities.
+        drop_path: stochastic depth: the largest rate, reached by the last block (rates rise linearly from 0).
+        window_size: swin: side M of the attention windows (a window larger than a stage's map shrinks to it).
+        shift: swin: shift every second block's windows by M // 2 (false: the Swin paper's "w/o shifting").
     """
 
+    arch: str = "vit"
     variant: str = "micro"
     img_size: int | tuple[int, int] = 224
     in_chans: int = 3
@@ -62,17 +102,27 @@ class ViTConfig:
     depth: int | None = None
     heads: int | None = None
     mlp_dim: int | None = None
-    pos_encoding: str = "learned_1d"
+    pos_encoding: str | None = None
     pos_injection: str = "stem"
-    pooling: str = "cls"
+    pooling: str | None = None
     stem: str = "patch"
     hybrid_layers: tuple[int, ...] = field(default=(3, 4, 9))
     hybrid_width: int = 64
     head: str = "linear"
     dropout: float = 0.0
     attn_dropout: float = 0.0
+    drop_path: float = 0.0
+    window_size: int = 7
+    shift: bool = True
 
     def __post_init__(self):
+        check_choice("arch", self.arch, ARCHS)
+        for name, value in ARCH_DEFAULTS[self.arch].items():
+            setattr(self, name, value if getattr(self, name) is None else getattr(self, name))
+        if self.arch == "swin":
+            self._check_swin()
+            return
+        self._check_only(SWIN_ONLY, "swin")
         check_choice("variant", self.variant, VARIANTS)
         check_choice("pos_encoding", self.pos_encoding, ENCODINGS)
         check_choice("pos_injection", self.pos_injection, INJECTIONS)
@@ -105,8 +155,38 @@ class ViTConfig:
                 f"hybrid stem needs hybrid_layers of positive block counts and hybrid_width a multiple of 32, "
                 f"got hybrid_layers={list(self.hybrid_layers)}, hybrid_width={self.hybrid_width}"
             )
-        if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attn_dropout < 1.0:
-            raise ValueError(f"dropout and attn_dropout must be in [0, 1), got {self.dropout}, {self.attn_dropout}")
+        self._check_rates()
+
+    def _check_only(self, options: dict, arch: str) -> None:
+        for name, unused in options.items():
+            value = getattr(self, name)
+            if (tuple(value) if isinstance(value, list) else value) != unused:
+                raise ValueError(f"model.{name}={value!r} applies to arch={arch} only, not arch={self.arch}")
+
+    def _check_rates(self) -> None:
+        rates = {"dropout": self.dropout, "attn_dropout": self.attn_dropout, "drop_path": self.drop_path}
+        if not all(0.0 <= r < 1.0 for r in rates.values()):
+            raise ValueError(f"dropout, attn_dropout and drop_path must be in [0, 1), got {rates}")
+
+    def _check_swin(self) -> None:
+        """Swin's options: its presets, patch stem, final LayerNorm + average pooling, Table 4's encodings."""
+        self._check_only(VIT_ONLY, "vit")
+        check_choice("variant", self.variant, SWIN_VARIANTS)
+        check_choice("pos_encoding", self.pos_encoding, SWIN_ENCODINGS)
+        check_choice("pooling (arch=swin)", self.pooling, ("gap",))
+        check_choice("head", self.head, HEADS)
+        self.hybrid_layers = tuple(self.hybrid_layers)
+        width, _, heads = SWIN_VARIANTS[self.variant]
+        self.width = self.width or width
+        if isinstance(self.img_size, (list, tuple)):
+            self.img_size = tuple(self.img_size) if self.img_size[0] != self.img_size[1] else self.img_size[0]
+        for name in ("img_size", "in_chans", "num_classes", "patch_size", "width", "window_size"):
+            value = getattr(self, name)
+            if min(value if isinstance(value, tuple) else (value,)) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.width % heads[0]:
+            raise ValueError(f"width={self.width} must be a multiple of {heads[0]} (stage 1 heads of Swin-{self.variant})")
+        self._check_rates()
 
     @property
     def img_hw(self) -> tuple[int, int]:

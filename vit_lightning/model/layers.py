@@ -48,19 +48,40 @@ class Mlp(nn.Module):
         return self.drop(self.fc2(self.drop(F.gelu(self.fc1(x)))))
 
 
+class DropPath(nn.Module):
+    """Stochastic depth: in training, drop a residual branch for a whole sample with probability `rate`."""
+
+    def __init__(self, rate: float = 0.0):
+        super().__init__()
+        self.rate = rate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.rate == 0.0:
+            return x
+        keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1.0 - self.rate)
+        return x * keep / (1.0 - self.rate)  # unbiased: the expected output is the branch
+
+
+def drop_path_rates(rate: float, depth: int) -> list[float]:
+    """Per-block stochastic depth rising linearly from 0 to `rate` at the last block (as Swin and DeiT)."""
+    return [rate * i / max(1, depth - 1) for i in range(depth)]
+
+
 class Block(nn.Module):
     """One encoder layer (eq. 2-3 of the paper)."""
 
-    def __init__(self, dim: int, heads: int, mlp_dim: int, dropout: float = 0.0, attn_dropout: float = 0.0):
+    def __init__(self, dim: int, heads: int, mlp_dim: int, dropout: float = 0.0, attn_dropout: float = 0.0,
+                 drop_path: float = 0.0):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
         self.attn = Attention(dim, heads, attn_dropout, dropout)
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = Mlp(dim, mlp_dim, dropout)
+        self.drop_path = DropPath(drop_path)
 
     def forward(self, x: torch.Tensor, relative: nn.Module | None = None) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), relative)
-        return x + self.mlp(self.norm2(x))
+        x = x + self.drop_path(self.attn(self.norm1(x), relative))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
 def init_dense(module: nn.Module) -> None:

@@ -150,18 +150,26 @@ def _head(vit) -> str:
 
 
 def load_timm_weights(model, timm_model: nn.Module) -> None:
-    """Copy a timm VisionTransformer's weights into `model` in place; afterwards both give the same logits.
+    """Copy a timm VisionTransformer's (or SwinTransformer's, into a Swin) weights into `model` in place;
+    afterwards both give the same logits.
 
     `model` must be built with the same sizes, stem, pooling (see `timm_pooling`) and head,
     `pos_injection='stem'` and `pos_encoding='learned_1d'` (or `none` for a timm model without a
     position table). A ValueError says why a timm model cannot be loaded, before anything is copied.
     """
+    from timm.models.swin_transformer import SwinTransformer
     from timm.models.vision_transformer import VisionTransformer
 
     if isinstance(timm_model, dict):
         raise TypeError("pass the timm model itself, not its state_dict: its pooling and layers decide whether the logits can match")
+    if isinstance(timm_model, SwinTransformer):
+        from vit_lightning.model.timm_swin import load_timm_swin
+
+        return load_timm_swin(model, timm_model)
+    if getattr(model.config, "arch", "vit") != "vit":
+        raise ValueError(f"a timm VisionTransformer loads into ViT (arch='vit'), not arch={model.config.arch!r}")
     if not isinstance(timm_model, VisionTransformer):
-        raise TypeError(f"expected a timm VisionTransformer, got {type(timm_model).__name__}")
+        raise TypeError(f"expected a timm VisionTransformer or SwinTransformer, got {type(timm_model).__name__}")
     reason = _unsupported(timm_model)
     if reason:
         raise ValueError(f"cannot load this timm model: {reason}")

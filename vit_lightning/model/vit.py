@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from vit_lightning.model.config import ViTConfig
-from vit_lightning.model.layers import Block, init_dense
+from vit_lightning.model.layers import Block, drop_path_rates, init_dense
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import PositionEncoding
 from vit_lightning.model.stems import STEMS
@@ -24,6 +24,8 @@ class ViT(nn.Module):
     def __init__(self, variant: str = "micro", **options):
         super().__init__()
         self.config = cfg = ViTConfig(variant=variant, **options)
+        if cfg.arch != "vit":
+            raise ValueError(f"ViT builds arch='vit', got arch={cfg.arch!r}; use Swin (or build_backbone)")
         self.stem = STEMS[cfg.stem](cfg)
         self.pool = POOLINGS[cfg.pooling](cfg.width, cfg.heads)
         grid = self.stem.grid_for(cfg.img_hw)
@@ -32,7 +34,8 @@ class ViT(nn.Module):
         )
         self.pos_drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
-            Block(cfg.width, cfg.heads, cfg.mlp_dim, cfg.dropout, cfg.attn_dropout) for _ in range(cfg.depth)
+            Block(cfg.width, cfg.heads, cfg.mlp_dim, cfg.dropout, cfg.attn_dropout, rate)
+            for rate in drop_path_rates(cfg.drop_path, cfg.depth)
         )
         self.apply(init_dense)
         self.head = HEADS[cfg.head](cfg.width, cfg.num_classes)  # after the init: the last layer stays zero

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import json
@@ -43,12 +42,23 @@ def load_yaml(text: str):
 def choices() -> dict[str, tuple]:
     """Option -> allowed values, read from the model, data and module code (never a copy here)."""
     from vit_lightning.data import DATASETS
-    from vit_lightning.model import ENCODINGS, HEADS, INJECTIONS, POOLINGS, STEMS, VARIANTS
+    from vit_lightning.model import (
+        ARCHS,
+        ENCODINGS,
+        HEADS,
+        INJECTIONS,
+        POOLINGS,
+        STEMS,
+        SWIN_ENCODINGS,
+        SWIN_VARIANTS,
+        VARIANTS,
+    )
     from vit_lightning.module import OPTIMIZERS, SCHEDULES
 
     named = {
-        "model.pos_encoding": ENCODINGS, "model.pos_injection": INJECTIONS, "model.pooling": POOLINGS,
-        "model.stem": STEMS, "model.head": HEADS, "model.variant": VARIANTS, "data.name": DATASETS,
+        "model.pos_encoding": {**ENCODINGS, **SWIN_ENCODINGS}, "model.pos_injection": INJECTIONS,
+        "model.pooling": POOLINGS, "model.stem": STEMS, "model.head": HEADS, "model.arch": ARCHS,
+        "model.variant": {**VARIANTS, **SWIN_VARIANTS}, "data.name": DATASETS,
         "model.optimizer": OPTIMIZERS, "model.schedule": SCHEDULES,
     }
     return {key: tuple(values) for key, values in named.items()}
@@ -57,11 +67,12 @@ def choices() -> dict[str, tuple]:
 @functools.lru_cache(maxsize=1)
 def pos_rules() -> tuple[dict[str, tuple[str, ...]], str, str]:
     """(encoding -> allowed injections, default encoding, default injection) from the model."""
-    from vit_lightning.model import ENCODINGS, ViTConfig
+    from vit_lightning.model import ENCODINGS, SWIN_ENCODINGS, ViTConfig
 
-    defaults = {f.name: f.default for f in dataclasses.fields(ViTConfig)}
+    defaults = ViTConfig()  # the ViT's resolved defaults
     rules = {name: encoding.injections for name, encoding in ENCODINGS.items()}
-    return rules, defaults["pos_encoding"], defaults["pos_injection"]
+    rules.update({name: ("stem",) for name in SWIN_ENCODINGS if name not in rules})  # Swin's, at its stem only
+    return rules, defaults.pos_encoding, defaults.pos_injection
 
 
 def check_structure(config: Any) -> None:

@@ -1,0 +1,167 @@
+"""Swin: timm's SwinTransformer as the oracle (parameter counts, logits after a weight copy), the shift, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from vit_lightning import Swin, load_timm_weights, train
+from vit_lightning.model.swin import shift_mask, window_merge, window_partition
+
+timm = pytest.importorskip("timm")
+from timm.models.swin_transformer import SwinTransformer  # noqa: E402
+
+
+@pytest.mark.parametrize("variant,name,millions", [
+    ("T", "swin_tiny_patch4_window7_224", 28.29), ("S", "swin_small_patch4_window7_224", 49.61),
+    ("B", "swin_base_patch4_window7_224", 87.77),
+])
+def test_parameter_counts_equal_timm(variant, name, millions):
+    with torch.device("meta"):  # sizes only: no memory, no init
+        reference = timm.create_model(name, pretrained=False)
+        ours = Swin(variant)
+    count = sum(p.numel() for p in reference.parameters())
+    assert ours.num_params() == count and round(count / 1e6, 2) == millions
+
+
+def _randomise(module):
+    torch.manual_seed(1)
+    for p in module.parameters():
+        p.data.normal_(0, 0.1)
+    return module.eval()
+
+
+# micro: width 32, depths (2, 2), heads (2, 4); sizes chosen to pad (10x10 and 5x5 maps, window 4), shrink the
+# window to the map (4x4 then 2x2 with window 7: no shift), and the demo's 14x14 then 7x7 with window 7
+CASES = {"pad-and-shift": (40, 4, 4), "window-shrinks": (16, 4, 7), "demo": (28, 2, 7)}
+
+
+@pytest.mark.parametrize("img,patch,window", CASES.values(), ids=CASES.keys())
+def test_logits_equal_timm_after_weight_copy(img, patch, window):
+    reference = _randomise(SwinTransformer(img_size=img, patch_size=patch, in_chans=1, num_classes=5, embed_dim=32,
+                                           depths=(2, 2), num_heads=(2, 4), window_size=window))
+    ours = Swin("micro", img_size=img, patch_size=patch, in_chans=1, num_classes=5, window_size=window).eval()
+    load_timm_weights(ours, reference)
+    x = torch.randn(3, 1, img, img)
+    assert (ours(x) - reference(x)).abs().max() < 1e-5
+
+
+def test_swin_tiny_logits_equal_timm():
+    reference = _randomise(timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, num_classes=10))
+    ours = Swin("T", num_classes=10).eval()
+    load_timm_weights(ours, reference)
+    x = torch.randn(1, 3, 224, 224)
+    assert (ours(x) - reference(x)).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("ours,mentions", [
+    (dict(shift=False), "shift"), (dict(pos_encoding="learned_1d+relative_bias_2d"), "pos_encoding"),
+    (dict(window_size=4), "window"),
+])
+def test_timm_models_that_differ_are_refused_in_one_line(ours, mentions):
+    reference = SwinTransformer(img_size=28, patch_size=2, in_chans=1, num_classes=5, embed_dim=32, depths=(2, 2),
+                                num_heads=(2, 4), window_size=7)
+    model = Swin("micro", **{"img_size": 28, "patch_size": 2, "in_chans": 1, "num_classes": 5, **ours})
+    with pytest.raises(ValueError, match=mentions) as error:
+        load_timm_weights(model, reference)
+    assert "\n" not in str(error.value)
+
+
+def test_window_partition_round_trips_and_mask_matches_regions():
+    x = torch.randn(2, 8, 12, 3)
+    assert torch.equal(window_merge(window_partition(x, 4), 4, 8, 12), x)
+    mask = shift_mask(8, 8, 4, 2)  # 4 windows; the last row/column of windows mixes regions
+    assert mask.shape == (4, 16, 16) and not mask[0].isinf().any()  # top-left window: one region
+    # bottom-right window: rows 4-5 vs 6-7 and columns 4-5 vs 6-7 of the rolled map are four regions
+    rows, cols = torch.arange(16) // 4, torch.arange(16) % 4
+    region = (rows >= 2).long() * 2 + (cols >= 2).long()
+    assert torch.equal(mask[3].isinf(), region[:, None] != region[None, :])
+
+
+def _reach(shift: bool, blocks: int) -> torch.Tensor:
+    """Which input tokens of the 14x14 map change the output at token (6, 6) after `blocks` blocks: (14, 14) bools."""
+    torch.manual_seed(0)
+    model = Swin("micro", img_size=28, patch_size=2, in_chans=1, num_classes=5, shift=shift).double()
+    x = torch.randn(1, 14, 14, 32, dtype=torch.float64, requires_grad=True)
+    y = x
+    for block in model.stages[0].blocks[:blocks]:
+        y = block(y)
+    y[0, 6, 6].sum().backward()  # (6, 6): in the first window, and not wrapped by the shift
+    return x.grad[0].abs().sum(-1) > 0
+
+
+def test_without_shift_a_token_never_sees_outside_its_window():
+    reach = _reach(shift=False, blocks=2)
+    assert reach[:7, :7].all() and not reach[7:].any() and not reach[:, 7:].any()
+
+
+def test_with_shift_information_crosses_windows_after_two_blocks():
+    assert not _reach(shift=True, blocks=1)[7:].any()  # the first block is not shifted
+    reach = _reach(shift=True, blocks=2)
+    assert reach[7:].any() and reach[:, 7:].any()
+
+
+def test_resize_resamples_bias_tables_and_keeps_running():
+    model = Swin("micro", img_size=28, patch_size=2, in_chans=1, num_classes=5, pos_encoding="learned_1d+relative_bias_2d")
+    model.resize(56, window_size=14)
+    assert model.stages[0].blocks[0].bias.relative.table.shape == (2, 27, 27) and model.pos.table.shape == (784, 32)
+    assert model(torch.randn(2, 1, 56, 56)).shape == (2, 5)
+    maps = model.attention_maps(torch.randn(1, 1, 56, 56))
+    assert maps[0].shape == (4, 2, 196, 196) and torch.allclose(maps[0].sum(-1), torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("options,mentions", [
+    (dict(depth=3), "model.depth=3 applies to arch=vit only"), (dict(pooling="cls"), "pooling"),
+    (dict(pos_encoding="relative_1d"), "pos_encoding"), (dict(variant="Ti"), "variant"),
+    (dict(pos_injection="every_layer"), "pos_injection"), (dict(drop_path=1.0), "drop_path"),
+])
+def test_options_of_the_other_arch_are_refused(options, mentions):
+    with pytest.raises(ValueError, match=mentions):
+        Swin(**{"variant": "micro", **options})
+
+
+def test_vit_refuses_swin_options():
+    from vit_lightning import ViT
+
+    with pytest.raises(ValueError, match="window_size=4 applies to arch=swin only"):
+        ViT(window_size=4)
+
+
+TINY = ["--model.arch=swin", "--model.patch_size=2", "--data.batch_size=16", "--trainer.max_epochs=1",
+        "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0",
+        "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu", "--run.fewshot_shots=[]"]
+
+
+def _record(root):
+    [path] = sorted(root.glob("*/*/*/results.json"))
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("extra", [["--model.pos_encoding=learned_1d+relative_bias_2d", "--model.drop_path=0.1"],
+                                   ["--model.shift=false", "--model.pos_encoding=none"]], ids=["abs-rel", "no-shift"])
+def test_fit_trains_a_swin(extra, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert train.main([*TINY, *extra]) == 0
+    record = _record(tmp_path / "runs")
+    assert record["status"] == "completed", record["error"]
+    assert record["config"]["model.arch"] == "swin" and record["compute"]["gflops_per_image"] > 0
+    micro = Swin("micro", img_size=28, patch_size=2, in_chans=1, num_classes=10,
+                 pos_encoding=record["config"]["model.pos_encoding"])
+    assert record["compute"]["params"] == micro.num_params()
+
+
+def test_fit_refuses_a_vit_option_for_swin_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert train.main([*TINY, "--model.pos_injection=every_layer"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pos_injection" in err[0] and list(tmp_path.iterdir()) == []
+
+
+def test_fit_swin_ddp_two_cpu_processes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert train.main([*TINY, "--trainer.devices=2", "--trainer.strategy=ddp"]) == 0
+    record = _record(tmp_path / "runs")
+    assert record["status"] == "completed" and record["compute"]["num_devices"] == 2
