@@ -55,7 +55,8 @@ def test_a_second_sweep_started_later_skips_the_trial_the_first_one_trains(tmp_p
     finally:
         gate.touch()
         _, err = first.communicate(timeout=300)
-    assert second.returncode == 1 and "trial 1/4 skipped: " in second.stderr, second.stderr
+    # the trial left to the live first sweep is no failure of the second (a job array task: afterok must hold)
+    assert second.returncode == 0 and "trial 1/4 skipped: " in second.stderr, second.stderr
     assert "1 left to another process" in second.stderr
     assert first.returncode == 0 and err.count("skipped: done in the meantime") == 3, err
     assert_each_trained_once(tmp_path, sweep)

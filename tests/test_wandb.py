@@ -120,13 +120,13 @@ def test_an_agent_trial_has_the_name_the_local_runner_gives_it(agent_run):
 
 
 def test_the_agent_environment_is_what_makes_the_trial_start(agent_run, tmp_path):
-    """Without the venv on PATH the command is not found; with SLURM's task layout Lightning refuses devices=2."""
+    """Without the venv on PATH the command is not found; with SLURM's task layout devices=2 is one line."""
     sweep, params = agent_run["sweep"], agent_run["params"]
     code, log = run_trial(tmp_path, sweep, params, bare_env(tmp_path))
     assert code == 127 and "vit-ablate" in log
     unstripped = {**bare_env(tmp_path), "PATH": wandb_backend.agent_env(bare_env(tmp_path), {})["PATH"]}
     code, log = run_trial(tmp_path, sweep, params, unstripped)
-    assert code != 0 and "--ntasks-per-node=1" in log and "does not match" in log
+    assert code == 2 and "error: SLURM started 1 task(s) but trainer.devices=2" in log and "Traceback" not in log
 
 
 def test_table_from_wandb_runs_equals_the_table_from_local_records(agent_run, tmp_path, capsys):
@@ -283,13 +283,23 @@ def test_job_script_joins_sweeps_created_once_and_splits_the_allocation_at_run_t
     assert blocks == 4 and [s.config["name"] for s in server.sweeps] == [f"pos_encoding-imagenet-{k}" for k in
                                                                          range(1, 5)]
     assert cli.main(argv) == 0 and capsys.readouterr().out == script and len(server.sweeps) == blocks  # joined
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # a login node with 2 GPUs: the script is for the job's node
+    assert cli.main(argv) == 0 and capsys.readouterr().out == script
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert cli.main([*argv, "--set", "trainer.max_epochs=5"]) == 0 and len(server.sweeps) == 2 * blocks  # new settings
     capsys.readouterr()
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash" and "#SBATCH --gpus-per-node=8" in lines and "#SBATCH --requeue" in lines
     assert "#SBATCH --signal=B:TERM@120" in lines and "#SBATCH --nodes=1" in lines
-    command = lines[-1].split()
-    assert command[0] == "exec" and Path(command[1]).is_absolute() and command[2] == "sweep"
+    options = {line.split()[1].split("=")[0]: line.split()[1] for line in lines if line.startswith("#SBATCH")}
+    # the imagenet profile's 10 loader workers per GPU, plus one CPU per trial process, for 8 GPUs
+    assert options["--cpus-per-task"] == "--cpus-per-task=88" and options["--open-mode"] == "--open-mode=append"
+    assert "--mem" in options and "--output" in options and "--time" in options
+    assert any(line.startswith("##SBATCH --partition=") for line in lines)
+    assert any(line.startswith("##SBATCH --account=") for line in lines)
+    assert "scontrol requeue" in script  # a time-limited job requeues itself once its agents stopped
+    [command] = [line.split() for line in lines if " sweep " in line and line.endswith("&")]
+    assert Path(command[0]).is_absolute() and command[1] == "sweep"
     assert command[command.index("--entity") + 1] == "me"  # explicit, from the account's default
     assert [command[i + 1] for i, x in enumerate(command) if x == "--sweep-id"] == [f"me/vit/id{k}" for k in
                                                                                    range(1, 5)]
@@ -300,9 +310,9 @@ def test_job_script_joins_sweeps_created_once_and_splits_the_allocation_at_run_t
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7,0,1,2,3")
     for key, value in SLURM_ARRAY_TASK.items():
         monkeypatch.setenv(key, value)
-    assert cli.main(command[3:]) == 0
+    assert cli.main(command[2:-1]) == 0
     assert [a.env["CUDA_VISIBLE_DEVICES"] for a in started] == ["4,5", "6,7", "0,1", "2,3"]
-    assert all(c[1:3] == ("agent", "--forward-signals") for a in started for c in a.commands)
+    assert all(c[-3:-1] == ("agent", "--forward-signals") for a in started for c in a.commands)
     env = wandb_backend.agent_env(os.environ, started[0].env)
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
     assert "SLURM_NTASKS" not in env and env["SLURM_JOB_ID"] == "4243" and env["CUDA_VISIBLE_DEVICES"] == "4,5"

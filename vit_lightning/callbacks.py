@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
@@ -59,32 +65,89 @@ def stop_signal(exception: BaseException) -> int | None:
 
 
 class StopSignal(pl.Callback):
-    """Stops every DDP rank at the same step on SIGTERM; remembers the signal that stopped fit, for its exit code.
+    """Stops every DDP rank at the same step on SIGTERM or SLURM's requeue signal, with a checkpoint taken there.
 
-    Lightning's own SIGTERM handler broadcasts from inside the handler; when every rank gets the
-    signal (a process group, a scheduler) that broadcast meets the wrong collective and the ranks
-    wait for each other until the DDP timeout. Under DDP this handler only notes the request; the
-    ranks agree on it after each training step and all stop there, through Lightning's graceful
-    stop (SIGTERMException). One process keeps Lightning's handler.
+    Lightning's own handlers act inside the signal handler: its SIGTERM handler broadcasts and its SLURM
+    requeue (SIGUSR1) handler saves a checkpoint, which ends in a barrier. SLURM signals the ranks about a
+    second apart, so that collective meets another one (the gradient all-reduce) and the ranks wait for
+    each other until the DDP timeout; and a SIGTERM Lightning notes after this callback's hook is acted on
+    with no checkpoint. Here the handlers only note the signal; after each training step
+    the ranks agree on it, all save `hpc_ckpt_N.ckpt` at that step (the resume point: a stop loses no
+    step) and stop through Lightning's graceful stop (SIGTERMException). After the requeue signal,
+    `requeue()` (called by fit once the run is written) puts the SLURM job back in the queue.
+    A completed run removes its stop checkpoints: its last.ckpt is newer.
     """
 
     def __init__(self):
-        self.signum: int | None = None
-        self._requested = False
+        self.signum: int | None = None  # the signal that stopped fit, for its exit code
+        self.requeue_signum: int | None = None  # SLURM's requeue signal, when Lightning would requeue
+        self._requested = 0  # 1: SIGTERM noted, 2: the requeue signal noted
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if trainer.world_size > 1 and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._request)  # after Lightning's; it restores the original at teardown
+        self.requeue_signum = requeue_signal(trainer)
+        if threading.current_thread() is not threading.main_thread():
+            return
+        signal.signal(signal.SIGTERM, self._request)  # after Lightning's; it restores the original at teardown
+        if self.requeue_signum is not None:
+            signal.signal(self.requeue_signum, self._request)
 
     def _request(self, signum, frame) -> None:
-        self._requested = True
+        self._requested = max(self._requested, 2 if signum == self.requeue_signum else 1)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        if trainer.world_size > 1 and trainer.strategy.reduce_boolean_decision(self._requested, all=False):
-            trainer._signal_connector.received_sigterm = True  # on every rank at this step: they stop together
+        agreed = max(self._requested, 1 if trainer.received_sigterm else 0)
+        if trainer.world_size > 1:
+            flag = torch.tensor([agreed], device=trainer.strategy.root_device)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            agreed = int(flag.item())
+        if not agreed:
+            return
+        self.signum = self.requeue_signum if agreed == 2 else signal.SIGTERM
+        directory = Path(trainer.default_root_dir)
+        path = Path(trainer._checkpoint_connector.hpc_save_path(directory))
+        trainer.save_checkpoint(path)  # every rank, at this step; the save ends in a barrier
+        if trainer.is_global_zero:
+            drop_stop_checkpoints(directory, keep=path)
+            print(f"stopped by {signal.Signals(self.signum).name} at step {trainer.global_step}; "
+                  f"checkpoint {path}", flush=True)
+        trainer._signal_connector.received_sigterm = True  # on every rank at this step: they stop together
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            drop_stop_checkpoints(Path(trainer.default_root_dir))
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.signum = self.signum or stop_signal(exception)
+
+    def requeue(self) -> None:
+        """After the requeue signal stopped fit: `scontrol requeue` this job (rank 0), as Lightning would."""
+        if self.signum is None or self.signum != self.requeue_signum or rank_zero_only.rank != 0:
+            return
+        job = os.environ.get("SLURM_JOB_ID", "")
+        if os.environ.get("SLURM_ARRAY_JOB_ID"):
+            job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}"
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # everything is written; SLURM now ends this job's processes
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+        if done.returncode:
+            print(f"vit-ablate fit: scontrol requeue {job} failed: {' '.join(done.stderr.split())}",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"vit-ablate fit: requeued SLURM job {job}", file=sys.stderr, flush=True)
+
+
+def requeue_signal(trainer: pl.Trainer) -> int | None:
+    """The signal SLURM sends before a time limit when Lightning is to requeue the job (SIGUSR1), else None."""
+    environment = trainer._accelerator_connector.cluster_environment
+    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+        return environment.requeue_signal
+    return None
+
+
+def drop_stop_checkpoints(directory: Path, keep: Path | None = None) -> None:
+    """Remove a run dir's stop checkpoints (hpc_ckpt_N.ckpt) but `keep`."""
+    for path in directory.glob("hpc_ckpt_*.ckpt"):
+        if keep is None or path.name != keep.name:
+            path.unlink(missing_ok=True)
 
 
 class ConfigToLoggers(pl.Callback):
@@ -138,6 +201,9 @@ def _loaders(tree) -> list[DataLoader]:
 
 class EpochPrinter(pl.Callback):
     """One plain line per epoch, for logs (used instead of a progress bar when stdout is not a terminal)."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._start = time.perf_counter()  # an epoch resumed mid-way has no on_train_epoch_start
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._start = time.perf_counter()

@@ -10,8 +10,10 @@ the same W&B run id and resumes it from the trial's last.ckpt, continuing the sa
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vit_lightning.ablation import METRIC as SWEEP_METRIC  # every ablation's sweep metric
-from vit_lightning.bookkeeping import FINAL, wandb_credentials
+from vit_lightning.bookkeeping import FINAL, one_line, wandb_credentials
 from vit_lightning.record import RunRecord, read_record
 
 MODES = ("auto", "online", "offline", "off")
@@ -71,15 +73,63 @@ def logger(directory: Path, config: dict, previous: dict | None = None) -> Wandb
     if not chosen:
         return None
     previous = (read_record(directory) if previous is None else previous) or {}
-    run_id = (previous.get("wandb") or {}).get("run_id")
-    unfinished = bool(run_id) and previous.get("status") not in FINAL and not config["run.retrain"]
+    before = previous.get("wandb") or {}
+    unfinished = bool(before.get("run_id")) and previous.get("status") not in FINAL and not config["run.retrain"]
     # WandbLogger has wandb.init resume the run of its id ("allow"): under an agent the agent's id (WANDB_RUN_ID,
-    # which a requeued trial gets back), otherwise the id the interrupted attempt recorded
-    extra = {"id": run_id} if unfinished and not under_agent() else {}
-    project = config["run.wandb_project"] or os.environ.get("WANDB_PROJECT", "vit-lightning")
+    # which a requeued trial gets back), otherwise the id, project and entity the interrupted attempt recorded
+    extra = resumed(before) if unfinished and not under_agent() else {}
+    project = extra.pop("project", None) or config["run.wandb_project"] or os.environ.get("WANDB_PROJECT", "vit-lightning")
     # mode goes to wandb.init itself: wandb reads its environment once per process (the credentials check above)
-    return WandbLogger(name=directory.name, save_dir=str(directory), project=project, mode=chosen,
+    return GuardedWandbLogger(name=directory.name, save_dir=str(directory), project=project, mode=chosen,
                        group=config["run.ablation"], tags=[config["run.ablation"], config["run.profile"]], **extra)
+
+
+class _Service:
+    gone = False  # wandb's service process stopped answering (SLURM signals every process of a job)
+
+
+def guarded(call, *args, **kwargs):
+    """A W&B call that must not cost the run: once wandb's service is gone, one line, and later calls are skipped.
+
+    scancel, pre-emption and time limits signal every process of a job, wandb-core (which exits on SIGTERM
+    and SIGINT) among them, often before the trial has stopped; the record and the exit code must survive.
+    """
+    if _Service.gone:
+        return None
+    try:
+        return call(*args, **kwargs)
+    except Exception as error:
+        if not isinstance(error, OSError) and not type(error).__module__.startswith("wandb"):
+            raise  # a bug of ours, not a lost connection
+        _Service.gone = True
+        print(f"vit-ablate fit: W&B's service process is gone ({one_line(error)}); the W&B run stops here, "
+              "the run record goes on", file=sys.stderr, flush=True)
+        return None
+
+
+class GuardedWandbLogger(WandbLogger):
+    """Lightning's WandbLogger whose history writes outlive wandb's service process (see `guarded`)."""
+
+    def log_metrics(self, metrics, step=None) -> None:
+        guarded(super().log_metrics, metrics, step)
+
+
+def finish(exit_code: int) -> None:
+    """End this process's W&B run; with wandb's service gone, drop the connection without wandb's atexit traceback."""
+    import wandb
+
+    if wandb.run is None:
+        return
+    guarded(wandb.finish, exit_code=exit_code)
+    if _Service.gone:
+        with contextlib.suppress(Exception):
+            wandb.teardown()  # unregisters wandb's atexit teardown first, then fails to reach the service
+
+
+def resumed(before: dict) -> dict[str, str]:
+    """wandb.init's id, project and entity of the W&B run an interrupted attempt recorded (those it has)."""
+    return {key: before[name] for key, name in (("id", "run_id"), ("project", "project"), ("entity", "entity"))
+            if before.get(name)}
 
 
 def summary(record: dict) -> dict[str, Any]:
@@ -116,12 +166,12 @@ class WandbSummary(pl.Callback):
         for wandb_logger in _wandb_loggers(trainer):
             if isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
                 # stopped, not broken: W&B requeues a preempting sweep run that exits non-zero
-                wandb_logger.experiment.mark_preempting()
+                guarded(wandb_logger.experiment.mark_preempting)
         self._mirror(trainer)
 
     def _mirror(self, trainer: pl.Trainer) -> None:
         for wandb_logger in _wandb_loggers(trainer):
-            wandb_logger.experiment.summary.update(summary(self.record.record))
+            guarded(wandb_logger.experiment.summary.update, summary(self.record.record))
 
 
 def _wandb_loggers(trainer: pl.Trainer) -> list[WandbLogger]:
@@ -187,7 +237,4 @@ class RunCSVLogger(Logger):
 def finish_wandb(trainer: pl.Trainer) -> None:
     """Close the W&B run Lightning opened on rank 0, so a later fit in this process starts its own."""
     if trainer.is_global_zero and any(isinstance(logger, WandbLogger) for logger in trainer.loggers):
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish(exit_code=1 if trainer.state.status.value == "interrupted" else 0)
+        finish(exit_code=1 if trainer.state.status.value == "interrupted" else 0)

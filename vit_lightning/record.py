@@ -124,6 +124,9 @@ class RunRecord(pl.Callback):
             self.record = self._new_record(trainer)
             self._write()
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._tick = time.perf_counter()  # an epoch resumed mid-way has no on_train_epoch_start
+
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._tick = time.perf_counter()
         self._validated = False
@@ -209,5 +212,6 @@ def _wandb_info(trainer: pl.Trainer) -> dict | None:
         if isinstance(logger, WandbLogger):
             run = logger.experiment
             sweep = getattr(run, "sweep_id", None) or os.environ.get("WANDB_SWEEP_ID")
-            return {"run_id": getattr(run, "id", None), "sweep_id": sweep, "project": getattr(run, "project", None)}
+            return {"run_id": getattr(run, "id", None), "sweep_id": sweep, "project": getattr(run, "project", None),
+                    "entity": getattr(run, "entity", None)}
     return None

@@ -30,6 +30,7 @@ from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, run_n
 from vit_lightning.module import ViTClassifier
 from vit_lightning.record import RunRecord, model_facts, read_record
 from vit_lightning.recovery import drop_corrupt_checkpoint, drop_corrupt_record, use_atomic_checkpoints
+from vit_lightning.slurm_tasks import task_error
 
 # Every fit's trainer defaults; with no options `fit` trains the demo (defaults.DEMO). GPU users add
 # --trainer.precision=bf16-mixed (and --trainer.deterministic=true for bitwise repeats); CPU kernels
@@ -63,7 +64,8 @@ class FitCLI(LightningCLI):
                             help="Run directory name given by the sweep runner (default: from the config).")
         parser.add_argument("--run.retrain", type=bool, default=False, help="Train again even if completed.")
         parser.add_argument("--run.wandb", type=Literal[loggers.MODES], default="auto",
-                            help="auto: on under a W&B agent or with credentials (offline without them).")
+                            help="auto: on with W&B credentials or under a W&B agent (offline there without them); "
+                                 "else off.")
         parser.add_argument("--run.wandb_project", type=str | None, default=None, help="W&B project.")
         parser.add_argument("--run.fewshot_shots", type=list[int], default=list(fewshot.SHOTS),
                             help="k of the few-shot linear evaluation at the end of fit ([]: none).")
@@ -85,7 +87,7 @@ class FitCLI(LightningCLI):
         # normalised once (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2): the name, record and loggers agree
         config = normalize(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
-        if error := settings_error(config):
+        if error := settings_error(config) or task_error(config):
             raise ValueError(error)
         if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
             world = world_size(config, torch.cuda.device_count())
@@ -135,10 +137,12 @@ class FitCLI(LightningCLI):
             except OSError as error:
                 return _error(f"cannot write the run dir: {describe(error)}", 1)
         try:
-            return self._fit_locked()
+            code = self._fit_locked()
         finally:
             if self.lock is not None:
                 runlock.release(self.lock)
+        self.stop.requeue()  # after SLURM's requeue signal, once the run is written and its lock free
+        return code
 
     def _fit_locked(self) -> int:
         """Skip a finished run, resume an unfinished one from its newest checkpoint, or start it."""
@@ -234,7 +238,8 @@ def _error(line: str, code: int) -> int:
 def _quiet() -> None:
     """Silence advice that does not apply: in-memory data needs no workers; tiny test runs log rarely."""
     for pattern in (".*does not have many workers.*", ".*smaller than the logging interval.*",
-                    ".*Checkpoint directory .* exists and is not empty.*", r".*isinstance\(treespec, LeafSpec\).*"):
+                    ".*Checkpoint directory .* exists and is not empty.*", r".*isinstance\(treespec, LeafSpec\).*",
+                    ".*The `srun` command is available on your system but is not used.*"):  # we launch it ourselves
         warnings.filterwarnings("ignore", message=pattern)
     # "Seed set to N" would otherwise stand before a bad option's one-line error; the record keeps the seed.
     logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
@@ -250,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
     except (ArgumentError, ValueError, MisconfigurationException) as error:
         # Bad options stop here, before the run dir exists: nothing is written.
-        print(f"vit-ablate fit: error: {' '.join(str(error).split())}", file=sys.stderr)
+        _warn(f"vit-ablate fit: error: {' '.join(str(error).split())}")  # rank 0: srun's tasks all fail alike
         return 2
     if cli.starts_other_ranks() and not _reruns_this_fit(argv):
         # Called from Python: the other ranks would re-run the caller's command line. Run this fit as the

@@ -171,10 +171,14 @@ def run_local(all_trials: list[trials.Trial], groups: list[list[str]], args) -> 
 
 def run_wandb(configs: list[dict], args) -> int:
     """Join (or create) the W&B sweeps and run agents on this machine's GPU groups, or print a job script doing so."""
-    try:
-        groups = supervise.split_gpus(supervise.visible_gpus(), groups=args.agents, per_group=args.gpus_per_agent)
-    except ValueError as err:
-        raise SweepError(f"--agents/--gpus-per-agent: {err}") from None
+    if args.print_sbatch and uses_gpus(configs):  # for the job's node, not this login node: from the options alone
+        per = args.gpus_per_agent or 1
+        groups = [[str(i) for i in range(k * per, (k + 1) * per)] for k in range(args.agents or 1)]
+    else:
+        try:
+            groups = supervise.split_gpus(supervise.visible_gpus(), groups=args.agents, per_group=args.gpus_per_agent)
+        except ValueError as err:
+            raise SweepError(f"--agents/--gpus-per-agent: {err}") from None
     checked_trials([c for c in configs if c.get("method") == "grid"], args, gpus=len(groups[0]))  # checked first
     wandb_backend.check_devices(configs, len(groups[0]))
     if not wandb_backend.has_credentials():
@@ -188,9 +192,16 @@ def run_wandb(configs: list[dict], args) -> int:
     if args.print_sbatch:
         gpus = (args.agents or 1) * (args.gpus_per_agent or 1) if uses_gpus(configs) else 0
         name = "vit-" + "-".join(Path(t).stem for t in args.targets) + (f"-{args.profile}" if args.profile else "")
-        return print_lines([wandb_backend.sbatch_script(job_argv(args, paths), name, gpus)])
+        cpus = job_cpus(configs, args.agents or 1, args.gpus_per_agent or 1)
+        return print_lines([wandb_backend.sbatch_script(job_argv(args, paths), name, gpus, cpus)])
     agents = wandb_backend.agent_commands(paths, groups, args.count, wandb_backend.wandb_command())
     return wandb_backend.run_agents(agents, args.stagger)
+
+
+def job_cpus(configs: list[dict], agents: int, gpus_per_agent: int) -> int:
+    """CPUs a node of the job script needs: each trial process's loader workers (data.num_workers) plus itself."""
+    workers = max((c["parameters"].get("data.num_workers", {}).get("value") or 0 for c in configs), default=0)
+    return agents * gpus_per_agent * (int(workers) + 1)
 
 
 def uses_gpus(configs: list[dict]) -> bool:

@@ -32,6 +32,7 @@ from vit_lightning import runlock
 from vit_lightning.bookkeeping import FINAL, describe, now, one_line, write_atomic
 from vit_lightning.sweep.supervise import Supervisor
 from vit_lightning.sweep.trials import Trial, executable, find_record, swept_keys
+from vit_lightning.sweep.wandb_backend import SLURM_TASK_VARS
 
 STATE = ".sweep-state.json"
 STATE_LOCK = ".sweep-state.lock"
@@ -147,11 +148,14 @@ class Runner:
                  f"{c['diverged']} diverged, {c['failed'] + skipped['failed']} failed, {c['interrupted']} interrupted"
                  f", {skipped['done'] + c['done']} done before or elsewhere"
                  + (f", {c['busy']} left to another process" if c["busy"] else ""))
-        all_done = all(status_of(t, self.state, retry_failed=True) == "done" for t in self.trials)
-        return self.supervisor.exit_code(0 if all_done else 1)
+        undone = sum(status_of(t, self.state, retry_failed=True) != "done" for t in self.trials)
+        # trials another live process holds are its to finish: a job array's task that leaves them exits 0,
+        # so SLURM counts it a success (--dependency=afterok)
+        return self.supervisor.exit_code(0 if undone <= c["busy"] and not c["failed"] + c["interrupted"] else 1)
 
     def _worker(self, slot: int) -> None:
-        env = {**os.environ, **self.slots[slot]}
+        # without an allocation's task layout, as the W&B backend: Lightning starts each trial's DDP processes
+        env = {**{k: v for k, v in os.environ.items() if k not in SLURM_TASK_VARS}, **self.slots[slot]}
         while True:
             with self.supervisor.lock:
                 if self.supervisor.stopping or not self.queue:
