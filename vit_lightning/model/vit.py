@@ -49,6 +49,11 @@ class ViT(nn.Module):
             x = block(x if i == 0 else self.pos.add(x, i), self.pos.attention_bias(i))
         return self.pool(x)
 
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, D) the representation a linear probe reads: the head's hidden layer if it has one."""
+        feats = self.forward_features(x)
+        return self.head[:-1](feats) if isinstance(self.head, nn.Sequential) else feats  # big_vision's pre_logits
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
         return self.head(self.forward_features(x))  # (B, num_classes)
