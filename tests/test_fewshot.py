@@ -146,6 +146,42 @@ def test_evaluate_streams_frozen_features_and_restores_mode_and_rng():
     assert 0.1 < scores["val/fewshot5"] <= 1.0
 
 
+def test_mlp_head_runs_are_probed_at_pre_logits():
+    torch.manual_seed(0)
+    model = ViT("micro", img_size=28, in_chans=1, num_classes=10, patch_size=7, width=32, depth=1, heads=2,
+                mlp_dim=64, head="mlp_tanh").eval()
+    data = ViTDataModule("mnist5k", batch_size=256)
+    data.setup()
+    x = data.val_collate([data.val_set[i] for i in range(8)])[0]
+    hidden = model.head[0]
+    with torch.no_grad():
+        expected = torch.tanh(model.forward_features(x) @ hidden.weight.T + hidden.bias)  # big_vision's pre_logits
+        feats, _ = fewshot.extract(model, [(x, torch.zeros(8, dtype=torch.long))])
+        assert torch.allclose(feats, expected, atol=1e-6)
+        linear = ViT("micro", img_size=28, in_chans=1, num_classes=10, patch_size=7, width=32, depth=1, heads=2,
+                     mlp_dim=64).eval()
+        assert torch.equal(fewshot.extract(linear, [(x, torch.zeros(8, dtype=torch.long))])[0],
+                           linear.forward_features(x))  # no hidden layer: the pooled vector
+
+
+def test_big_vision_estimator_is_standardised_ridge_with_l2_1024():
+    x, y = clusters(5, 4, 16, spread=8.0, seed=3)
+    x = x * torch.linspace(0.1, 30, 16)  # features of very different scales: standardisation matters
+    val_x, val_y = clusters(50, 4, 16, spread=8.0, seed=4)
+    val_x = val_x * torch.linspace(0.1, 30, 16)
+    got = fewshot.probe_accuracy(x, y, x[:0], y[:0], val_x, val_y, 4, estimator="big_vision")
+    # Naive: standardise with the training mean and std, centre the targets, solve the normal equations.
+    xd, vd = x.double(), val_x.double()
+    mean, std = xd.mean(0), xd.std(0, unbiased=False)
+    z = (xd - mean) / std
+    t = 2.0 * torch.nn.functional.one_hot(y, 4).double() - 1.0
+    w = torch.linalg.solve(z.T @ z + 1024.0 * torch.eye(16, dtype=torch.double), z.T @ (t - t.mean(0)))
+    pred = (((vd - mean) / std) @ w + t.mean(0)).argmax(-1)
+    assert got == pytest.approx(float((pred == val_y).double().mean()), abs=1e-6)
+    with pytest.raises(ValueError, match="unknown few-shot estimator 'jax'; choose from: paper, big_vision"):
+        fewshot.fewshot_accuracy(x, y, val_x, val_y, 4, estimator="jax")
+
+
 # ---- during fit and afterwards -------------------------------------------------------------------
 
 def test_fit_records_fewshot_and_the_cli_recomputes_it(tmp_path, monkeypatch, capsys, only_record):

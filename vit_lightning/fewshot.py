@@ -1,8 +1,11 @@
 """Few-shot linear evaluation, the paper's metric (section 4.1): ridge regression from frozen features to {-1, 1}^K.
 
 k training images per class are drawn with a fixed seed; a regularised least-squares map from their frozen
-pooled representation to {-1, 1}^K targets is solved in closed form, its regulariser chosen on other
-training images of the same draw; the score is top-1 on the validation split, averaged over several draws.
+representation (the head's `pre_logits` when it has a hidden layer, else the pooled vector) to {-1, 1}^K
+targets is solved in closed form; the score is top-1 on the validation split, averaged over several draws.
+
+Two estimators (ESTIMATORS): `paper` (default) scales the features to unit RMS and chooses the regulariser
+on other training images of the same draw; `big_vision` standardises each feature and fixes l2 = 2^10.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ DRAWS = 3
 HOLDOUT = 10  # held-out training images per class, on which the regulariser is chosen
 # Penalty per example on features scaled to unit RMS, so one grid suits any width, scale and k.
 LAMBDAS = tuple(10.0**e for e in range(-4, 5))
+ESTIMATORS = ("paper", "big_vision")
+BIG_VISION_L2 = 2.0**10  # big_vision's fewshot l2_reg, on per-feature standardised features
 
 
 def metric_names(k: int) -> tuple[str, str]:
@@ -78,22 +83,33 @@ def ridge(x: torch.Tensor, y: torch.Tensor, lambdas) -> tuple[torch.Tensor, torc
     return w, my - mx @ w
 
 
-def probe_accuracy(train_x, train_y, held_x, held_y, val_x, val_y, num_classes: int, lambdas=LAMBDAS) -> float:
-    """Val top-1 of the ridge map to {-1, 1}^K whose regulariser scores best on the held-out images."""
+def probe_accuracy(train_x, train_y, held_x, held_y, val_x, val_y, num_classes: int, lambdas=LAMBDAS,
+                   estimator: str = "paper") -> float:
+    """Val top-1 of the ridge map to {-1, 1}^K: `paper` picks the regulariser on the held-out images,
+    `big_vision` standardises each feature and uses l2 = 2^10."""
     train_x, held_x = train_x.double().cpu(), held_x.double().cpu()
     mean = train_x.mean(0)  # (D,)
-    scale = (train_x - mean).square().mean().sqrt().clamp_min(1e-12)  # features to unit RMS
+    if estimator == "big_vision":
+        scale = train_x.std(0, unbiased=False).clamp_min(1e-12)  # (D,) each feature to unit std
+        penalties = [BIG_VISION_L2]
+    else:
+        scale = (train_x - mean).square().mean().sqrt().clamp_min(1e-12)  # features to unit RMS
+        penalties = [lam * len(train_y) for lam in lambdas]
     targets = 2.0 * F.one_hot(train_y.cpu(), num_classes).double() - 1.0  # (N, K) in {-1, 1}
-    w, b = ridge((train_x - mean) / scale, targets, [lam * len(train_y) for lam in lambdas])
-    w, b = w / scale, b - mean @ w / scale  # the same maps, applied to raw features
-    held = torch.stack([((held_x @ w[i] + b[i]).argmax(-1) == held_y.cpu()).double().mean() for i in range(len(w))])
-    best = len(lambdas) - 1 - int(held.flip(0).argmax())  # ties go to the stronger regulariser
+    w, b = ridge((train_x - mean) / scale, targets, penalties)
+    w = w / scale[:, None] if scale.ndim else w / scale  # the same maps, applied to raw features
+    b = b - mean @ w
+    best = 0
+    if len(penalties) > 1:
+        held = torch.stack([((held_x @ w[i] + b[i]).argmax(-1) == held_y.cpu()).double().mean() for i in range(len(w))])
+        best = len(lambdas) - 1 - int(held.flip(0).argmax())  # ties go to the stronger regulariser
     # Validation can be large (50k ImageNet images): score it on its own device, in float32.
     scores = val_x @ w[best].to(val_x) + b[best].to(val_x)  # (V, K)
     return float((scores.argmax(-1) == val_y.to(val_x.device)).float().mean())
 
 
-def score_draws(train_x, train_y, plans, val_x, val_y, num_classes: int, shots=SHOTS) -> dict[str, float]:
+def score_draws(train_x, train_y, plans, val_x, val_y, num_classes: int, shots=SHOTS,
+                estimator: str = "paper") -> dict[str, float]:
     """Mean and sample std over draws of the k-shot accuracy, for each k; plans index rows of train_x."""
     if not (torch.isfinite(train_x).all() and torch.isfinite(val_x).all()):
         return {name: float("nan") for k in shots for name in metric_names(k)}  # a diverged model
@@ -103,7 +119,7 @@ def score_draws(train_x, train_y, plans, val_x, val_y, num_classes: int, shots=S
         for pool, held in plans:
             rows = pool[:, :k].flatten()
             accs.append(probe_accuracy(train_x[rows], train_y[rows], train_x[held], train_y[held],
-                                       val_x, val_y, num_classes))
+                                       val_x, val_y, num_classes, estimator=estimator))
         mean_name, std_name = metric_names(k)
         out[mean_name] = float(np.mean(accs))
         out[std_name] = float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0
@@ -111,10 +127,16 @@ def score_draws(train_x, train_y, plans, val_x, val_y, num_classes: int, shots=S
 
 
 def fewshot_accuracy(train_x, train_y, val_x, val_y, num_classes: int, shots=SHOTS, draws: int = DRAWS,
-                     seed: int = 0) -> dict[str, float]:
+                     seed: int = 0, estimator: str = "paper") -> dict[str, float]:
     """Few-shot scores from features already computed for the whole training split (N, D)."""
+    check_estimator(estimator)
     plans = draws_for(train_y, num_classes, max(shots), draws, seed)
-    return score_draws(train_x, train_y, plans, val_x, val_y, num_classes, shots)
+    return score_draws(train_x, train_y, plans, val_x, val_y, num_classes, shots, estimator)
+
+
+def check_estimator(estimator: str) -> None:
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown few-shot estimator {estimator!r}; choose from: {', '.join(ESTIMATORS)}")
 
 
 # ---------------------------------------------------------------- features of a frozen backbone
@@ -148,22 +170,25 @@ def frozen(model: nn.Module):
 
 
 def extract(backbone: nn.Module, loader: DataLoader) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pooled features (N, D) float32 and labels (N,), on the backbone's device; mixed precision on a GPU."""
+    """Probe features (N, D) float32 (`pre_logits` when the backbone has it) and labels (N,), on its device."""
     device = next(backbone.parameters()).device
+    features = getattr(backbone, "pre_logits", backbone.forward_features)
     half = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float16
     feats, labels = [], []
     for x, y in loader:
         with torch.autocast(device.type, dtype=half, enabled=device.type == "cuda"):
-            feats.append(backbone.forward_features(x.to(device, non_blocking=True)).float())
+            feats.append(features(x.to(device, non_blocking=True)).float())
         labels.append(y.to(device))
     return torch.cat(feats), torch.cat(labels)
 
 
-def evaluate(backbone: nn.Module, datamodule, shots=SHOTS, draws: int = DRAWS, seed: int = 0) -> dict[str, float]:
-    """Few-shot scores of a backbone (with forward_features) on a set-up ViTDataModule's splits.
+def evaluate(backbone: nn.Module, datamodule, shots=SHOTS, draws: int = DRAWS, seed: int = 0,
+             estimator: str = "paper") -> dict[str, float]:
+    """Few-shot scores of a backbone (with pre_logits or forward_features) on a set-up ViTDataModule's splits.
 
     Only the drawn training images are passed through the model; the validation split is streamed once.
     """
+    check_estimator(estimator)
     train_set, labels = datamodule.unaugmented_train()
     num_classes = datamodule.num_classes
     plans = draws_for(labels, num_classes, max(shots), draws, seed)
@@ -178,7 +203,7 @@ def evaluate(backbone: nn.Module, datamodule, shots=SHOTS, draws: int = DRAWS, s
     with preserved_rng(), frozen(backbone):
         train_x, train_y = extract(backbone, loader(Subset(train_set, needed.tolist())))
         val_x, val_y = extract(backbone, loader(datamodule.val_set))
-    return score_draws(train_x, train_y.cpu(), plans, val_x, val_y, num_classes, shots)
+    return score_draws(train_x, train_y.cpu(), plans, val_x, val_y, num_classes, shots, estimator)
 
 
 def describe(metrics: dict[str, float], shots) -> str:
@@ -196,12 +221,13 @@ class FewShotEval(pl.Callback):
     training's random state is left as it was.
     """
 
-    def __init__(self, shots=SHOTS, every: int = 0, draws: int = DRAWS, seed: int = 0):
+    def __init__(self, shots=SHOTS, every: int = 0, draws: int = DRAWS, seed: int = 0, estimator: str = "paper"):
         shots = tuple(shots)
         if not shots or any(not isinstance(k, int) or k < 1 for k in shots) or draws < 1 or every < 0:
             raise ValueError(f"few-shot evaluation needs shots >= 1 (run.fewshot_shots), every >= 0 "
                              f"(run.fewshot_every) and draws >= 1; got {list(shots)}, {every}, {draws}")
-        self.shots, self.every, self.draws, self.seed = shots, every, draws, seed
+        check_estimator(estimator)
+        self.shots, self.every, self.draws, self.seed, self.estimator = shots, every, draws, seed, estimator
         self.metrics: dict[str, float] = {}
         self._done_at: int | None = None  # global step of the last evaluation
 
@@ -227,7 +253,7 @@ class FewShotEval(pl.Callback):
         start = time.perf_counter()
         try:
             self.metrics = evaluate(getattr(pl_module, "model", pl_module), datamodule, self.shots, self.draws,
-                                    self.seed)
+                                    self.seed, self.estimator)
         except ValueError as error:  # a class too small for the largest k
             rank_zero_warn(f"few-shot evaluation skipped: {error}")
             return
@@ -251,6 +277,9 @@ def parser() -> argparse.ArgumentParser:
                    help="k images per class (default: 1 5 10 25)")
     p.add_argument("--draws", type=_positive, default=DRAWS, help=f"draws of k images to average (default: {DRAWS})")
     p.add_argument("--seed", type=int, default=0, help="seed of the draws (default: 0, as in fit)")
+    p.add_argument("--estimator", choices=ESTIMATORS, default="paper",
+                   help="paper (default: unit-RMS features, regulariser chosen on held-out images) or big_vision "
+                        "(per-feature standardisation, l2 = 2^10)")
     p.add_argument("--data-root", default=None, help="where the run's data lives now, if it moved")
     p.add_argument("--device", type=_device, default="auto", help="auto (a GPU when there is one), cpu, cuda, cuda:1")
     return p
@@ -313,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         ckpt, record_path = locate(Path(args.path))
         record = read_json(record_path) if record_path.is_file() else None
         model, datamodule = load_run(ckpt, record, args.data_root)
-        metrics = evaluate(model.model.to(args.device), datamodule, tuple(args.shots), args.draws, args.seed)
+        metrics = evaluate(model.model.to(args.device), datamodule, tuple(args.shots), args.draws, args.seed,
+                           args.estimator)
     except (ValueError, RuntimeError) as error:
         print(f"vit-ablate fewshot: {' '.join(str(error).split())}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from vit_lightning.model.layers import INITS
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import ENCODINGS, INJECTIONS
 from vit_lightning.model.stems import STEMS
@@ -90,6 +91,8 @@ class ViTConfig:
         drop_path: stochastic depth: the largest rate, reached by the last block (rates rise linearly from 0).
         window_size: swin: side M of the attention windows (a window larger than a stage's map shrinks to it).
         shift: swin: shift every second block's windows by M // 2 (false: the Swin paper's "w/o shifting").
+        init: initialisation, paper (vit_jax / big_vision: xavier_uniform dense kernels, lecun_normal patch
+            embedding and pre_logits, zero classifier) or timm (trunc_normal(0.02), for parity with timm weights).
     """
 
     arch: str = "vit"
@@ -114,6 +117,7 @@ class ViTConfig:
     drop_path: float = 0.0
     window_size: int = 7
     shift: bool = True
+    init: str = "paper"
 
     def __post_init__(self):
         check_choice("arch", self.arch, ARCHS)
@@ -129,6 +133,7 @@ class ViTConfig:
         check_choice("pooling", self.pooling, POOLINGS)
         check_choice("stem", self.stem, STEMS)
         check_choice("head", self.head, HEADS)
+        check_choice("init", self.init, INITS)
         allowed = ENCODINGS[self.pos_encoding].injections
         if self.pos_injection not in allowed:
             raise ValueError(

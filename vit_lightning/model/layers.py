@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+INITS = ("paper", "timm")
 
 
 class Attention(nn.Module):
@@ -21,6 +25,14 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(dropout)
         self.keep_probs, self.probs = False, None
+
+    def init_paper(self) -> None:
+        """flax's separate query, key and value kernels, each (D, D) xavier_uniform; out kernel xavier; zero biases."""
+        for kernel in self.qkv.weight.data.chunk(3, dim=0):  # three (D, D) views of the fused (3D, D)
+            nn.init.xavier_uniform_(kernel)
+        nn.init.xavier_uniform_(self.proj.weight)
+        nn.init.zeros_(self.qkv.bias)
+        nn.init.zeros_(self.proj.bias)
 
     def forward(self, x: torch.Tensor, relative: nn.Module | None = None) -> torch.Tensor:
         b, t, d = x.shape
@@ -43,6 +55,12 @@ class Mlp(nn.Module):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
         self.drop = nn.Dropout(dropout)
+
+    def init_paper(self) -> None:
+        """vit_jax's MlpBlock: xavier_uniform kernels, biases normal(1e-6)."""
+        for fc in (self.fc1, self.fc2):
+            nn.init.xavier_uniform_(fc.weight)
+            nn.init.normal_(fc.bias, std=1e-6)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop(self.fc2(self.drop(F.gelu(self.fc1(x)))))
@@ -79,6 +97,14 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, mlp_dim, dropout)
         self.drop_path = DropPath(drop_path)
 
+    def init_weights(self, init: str) -> None:
+        """`paper` (vit_jax / big_vision) or `timm` (trunc_normal(0.02)); LayerNorms stay ones and zeros."""
+        if init == "timm":
+            self.apply(init_dense)
+        else:
+            self.attn.init_paper()
+            self.mlp.init_paper()
+
     def forward(self, x: torch.Tensor, relative: nn.Module | None = None) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), relative))
         return x + self.drop_path(self.mlp(self.norm2(x)))
@@ -90,3 +116,10 @@ def init_dense(module: nn.Module) -> None:
         nn.init.trunc_normal_(module.weight, std=0.02)
         if module.bias is not None:
             nn.init.zeros_(module.bias)
+
+
+def lecun_normal_(weight: torch.Tensor) -> torch.Tensor:
+    """jax's lecun_normal: a truncated normal (at 2 std) whose std after truncation is sqrt(1 / fan_in)."""
+    fan_in = weight[0].numel()  # (out, in, *kernel): in * kernel area
+    std = math.sqrt(1.0 / fan_in) / 0.87962566103423978  # undo the std lost to truncation at +-2
+    return nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)

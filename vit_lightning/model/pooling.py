@@ -13,11 +13,13 @@ LayerNorm sits:
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vit_lightning.model.layers import Mlp, init_dense
+from vit_lightning.model.layers import Mlp, init_dense, lecun_normal_
 
 
 def _prepend(token: nn.Parameter, x: torch.Tensor) -> torch.Tensor:
@@ -34,6 +36,11 @@ class ClassToken(nn.Module):
         self.token = nn.Parameter(torch.randn(1, 1, dim) * 1e-6)
         self.norm = nn.LayerNorm(dim, eps=1e-6)
 
+    def init_weights(self, init: str) -> None:
+        """`paper`: a zero token (vit_jax, big_vision); `timm` keeps normal(1e-6)."""
+        if init == "paper":
+            nn.init.zeros_(self.token)
+
     def prepend(self, x: torch.Tensor) -> torch.Tensor:
         return _prepend(self.token, x)
 
@@ -49,6 +56,9 @@ class GlobalAvgPool(nn.Module):
     def __init__(self, dim: int, heads: int):
         super().__init__()
         self.norm = nn.LayerNorm(dim, eps=1e-6)
+
+    def init_weights(self, init: str) -> None:
+        """Nothing to initialise beyond the LayerNorm's ones and zeros."""
 
     def prepend(self, x: torch.Tensor) -> torch.Tensor:
         return x
@@ -73,6 +83,8 @@ class MeanThenNormWithToken(MeanThenNorm):
         super().__init__(dim, heads)
         self.token = nn.Parameter(torch.randn(1, 1, dim) * 1e-6)
 
+    init_weights = ClassToken.init_weights
+
     def prepend(self, x: torch.Tensor) -> torch.Tensor:
         return _prepend(self.token, x)
 
@@ -90,6 +102,19 @@ class AttentionPool(nn.Module):
         self.q, self.kv, self.proj = nn.Linear(dim, dim), nn.Linear(dim, 2 * dim), nn.Linear(dim, dim)
         self.mlp_norm = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = Mlp(dim, 4 * dim)
+
+    def init_weights(self, init: str) -> None:
+        """`paper`: big_vision's MAPHead (xavier probe and kernels, q/k/v each (D, D), zero biases); `timm`: 0.02."""
+        if init == "timm":
+            self.apply(init_dense)
+            return
+        bound = math.sqrt(6.0 / (1 + self.probe.shape[-1]))  # flax xavier on (1, 1, D): fan_in 1, fan_out D
+        nn.init.uniform_(self.probe, -bound, bound)
+        for kernel in (self.q.weight, *self.kv.weight.data.chunk(2, dim=0), self.proj.weight):
+            nn.init.xavier_uniform_(kernel)
+        for layer in (self.q, self.kv, self.proj):
+            nn.init.zeros_(layer.bias)
+        self.mlp.init_paper()
 
     def prepend(self, x: torch.Tensor) -> torch.Tensor:
         return x
@@ -112,7 +137,7 @@ POOLINGS: dict[str, type[nn.Module]] = {
 }
 
 
-def linear_head(dim: int, num_classes: int) -> nn.Module:
+def linear_head(dim: int, num_classes: int, init: str = "paper") -> nn.Module:
     """A zero-initialised linear classifier, as the paper attaches for fine-tuning."""
     head = nn.Linear(dim, num_classes)
     nn.init.zeros_(head.weight)
@@ -120,10 +145,14 @@ def linear_head(dim: int, num_classes: int) -> nn.Module:
     return head
 
 
-def mlp_tanh_head(dim: int, num_classes: int) -> nn.Module:
-    """The paper's pre-training head: one hidden layer with tanh (initialised like the encoder's dense layers)."""
+def mlp_tanh_head(dim: int, num_classes: int, init: str = "paper") -> nn.Module:
+    """The paper's pre-training head: a tanh hidden layer (`pre_logits`: lecun_normal in vit_jax), a zero classifier."""
     hidden = nn.Linear(dim, dim)
-    init_dense(hidden)
+    if init == "timm":
+        init_dense(hidden)
+    else:
+        lecun_normal_(hidden.weight)
+        nn.init.zeros_(hidden.bias)
     return nn.Sequential(hidden, nn.Tanh(), linear_head(dim, num_classes))
 
 

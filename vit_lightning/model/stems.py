@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vit_lightning.model.layers import lecun_normal_
+
 
 class PatchStem(nn.Module):
     """Non-overlapping P x P patches, linearly projected (a P x P convolution with stride P)."""
@@ -20,6 +22,12 @@ class PatchStem(nn.Module):
         super().__init__()
         self.patch_size = cfg.patch_size
         self.proj = nn.Conv2d(cfg.in_chans, cfg.width, cfg.patch_size, stride=cfg.patch_size)
+
+    def init_weights(self, init: str) -> None:
+        """`paper`: lecun_normal embedding kernel, zero bias (vit_jax); `timm` keeps PyTorch's conv init."""
+        if init == "paper":
+            lecun_normal_(self.proj.weight)
+            nn.init.zeros_(self.proj.bias)
 
     def grid_for(self, img_size: tuple[int, int]) -> tuple[int, int]:
         p = self.patch_size
@@ -102,6 +110,14 @@ class HybridStem(nn.Module):
         self.stages = nn.Sequential(*stages)
         self.proj = nn.Conv2d(cin, cfg.width, 1)
         self.patch_size = 4 * 2 ** (len(layers) - 1)  # effective stride in pixels
+
+    def init_weights(self, init: str) -> None:
+        """`paper`: flax's default lecun_normal for every conv, zero projection bias; `timm` keeps PyTorch's."""
+        if init == "paper":
+            for conv in self.modules():
+                if isinstance(conv, nn.Conv2d):
+                    lecun_normal_(conv.weight)
+            nn.init.zeros_(self.proj.bias)
 
     def grid_for(self, img_size: tuple[int, int]) -> tuple[int, int]:
         halvings = 2 + len(self.stages) - 1  # root conv, max-pool, then every stage after the first

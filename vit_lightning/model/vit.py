@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from vit_lightning.model.config import ViTConfig
-from vit_lightning.model.layers import Block, drop_path_rates, init_dense
+from vit_lightning.model.layers import Block, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import PositionEncoding
 from vit_lightning.model.stems import STEMS
@@ -37,8 +37,9 @@ class ViT(nn.Module):
             Block(cfg.width, cfg.heads, cfg.mlp_dim, cfg.dropout, cfg.attn_dropout, rate)
             for rate in drop_path_rates(cfg.drop_path, cfg.depth)
         )
-        self.apply(init_dense)
-        self.head = HEADS[cfg.head](cfg.width, cfg.num_classes)  # after the init: the last layer stays zero
+        for part in (self.stem, self.pool, *self.blocks):  # position encodings initialise themselves when built
+            part.init_weights(cfg.init)
+        self.head = HEADS[cfg.head](cfg.width, cfg.num_classes, cfg.init)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) images -> (B, D) pooled representation."""
@@ -47,6 +48,11 @@ class ViT(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x if i == 0 else self.pos.add(x, i), self.pos.attention_bias(i))
         return self.pool(x)
+
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, D) the representation a linear probe reads: the head's hidden layer if it has one."""
+        feats = self.forward_features(x)
+        return self.head[:-1](feats) if isinstance(self.head, nn.Sequential) else feats  # big_vision's pre_logits
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
