@@ -17,7 +17,7 @@ import torch
 
 from vit_lightning.bookkeeping import one_line
 from vit_lightning.model.config import VARIANTS, ViTConfig
-from vit_lightning.trained import TrainedError, checkpoint_path, read_checkpoint, read_run_record
+from vit_lightning.trained import TrainedError, checkpoint_path, data_options, read_checkpoint, read_run_record
 
 # ViTConfig fields that fix the architecture: taken from the source, a different one given is an error
 ARCH_KEYS = ("variant", "patch_size", "width", "depth", "heads", "mlp_dim", "pos_encoding", "pos_injection",
@@ -38,6 +38,7 @@ class Source:
     options: dict  # ViTConfig fields of the source (architecture and the data it saw)
     state: dict[str, torch.Tensor]  # ViT parameter names -> tensors
     account: dict  # {"source", "trial" | "file", "sha256", "config"} for the run record
+    data: dict | None = None  # the data module options the source trained with (None: not known)
 
 
 def sha256(path: Path) -> str:
@@ -67,7 +68,7 @@ def read_source(text: str) -> Source:
     weights = {k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")}
     account = {"source": text, "file": str(ckpt), "sha256": sha256(ckpt),
                "trial": (record or {}).get("trial"), "config": (record or {}).get("config") or options}
-    return Source(options, weights, account)
+    return Source(options, weights, account, data_options(state, record))
 
 
 def _timm_source(spec: str) -> Source:
