@@ -80,9 +80,11 @@ def _timm_source(spec: str) -> Source:
     if file and not Path(file).is_file():
         raise SourceError(f"{where}: no weights file at {file}")
     try:
-        reference = timm.create_model(name, pretrained=not file)
-        if file:
-            reference.load_state_dict(torch.load(file, map_location="cpu", weights_only=True))
+        state = torch.load(file, map_location="cpu", weights_only=True) if file else None
+        classes = {"num_classes": len(state["head.bias"])} if state and "head.bias" in state else {}
+        reference = timm.create_model(name, pretrained=not file, **classes)
+        if state is not None:
+            reference.load_state_dict(state)
     except Exception as error:  # unknown name, no network, weights of another model
         raise SourceError(f"{where}: {one_line(error)}") from None
     try:
