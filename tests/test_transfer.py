@@ -216,6 +216,13 @@ def test_bad_sources_are_one_line_before_anything_is_written(tmp_path, capsys):
         assert train.main([f"--model.init_from={src}", *args, f"--run.root={tmp_path}", "--run.wandb=off"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
+    timm = pytest.importorskip("timm")
+    weights = tmp_path / "rgb.pth"
+    torch.save(timm.create_model("vit_tiny_patch16_224", pretrained=False).state_dict(), weights)
+    assert train.main([f"--model.init_from=timm:vit_tiny_patch16_224@{weights}", "--data.img_size=32", f"--run.root={tmp_path}",
+                       "--run.wandb=off"]) == 2  # mnist5k has one channel
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "3-channel images, the data has 1 channels" in err[0], err
     assert cli.main(["eval", str(unfinished)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "did not finish" in err[0]

@@ -89,6 +89,8 @@ class FitCLI(LightningCLI):
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
         if error := settings_error(config):
             raise ValueError(error)
+        if self.source:
+            transfer.check_data(self.source, config["model.in_chans"])
         if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
             world = world_size(config, torch.cuda.device_count())
             config[TRIAL_KEY] = run_name(loggers.sweep_params() or config, world)

@@ -133,6 +133,14 @@ def adopt(config, defaults, argv: list[str]) -> Source | None:
     return source
 
 
+def check_data(source: Source, in_chans: int) -> None:
+    """The new data must have the source's channels: the patch embedding is reused as it is."""
+    have = source.options.get("in_chans")
+    if have is not None and have != in_chans:
+        raise SourceError(f"model.init_from={source.account['source']}: the source takes {have}-channel images, "
+                          f"the data has {in_chans} channels")
+
+
 def conflicts(source: dict, given: dict) -> list[str]:
     """'key=given (source: value)' for each architecture option given that differs from the source's."""
     default = ViTConfig(**{k: v for k, v in source.items() if k in ARCH_KEYS or k in DATA_KEYS})
@@ -166,9 +174,10 @@ def start_from(vit, source: Source, mode: str = "bicubic", new_head: bool = Fals
     old.load_state_dict(source.state)
     old.resize(vit.config.img_size, mode)
     state = old.state_dict()
+    check_data(source, vit.config.in_chans)
     head = {k for k in state if k.startswith("head.")}
-    same_classes = old.config.num_classes == vit.config.num_classes
-    keep = {k: v for k, v in state.items() if not (k in head and (new_head or not same_classes))}
+    fresh_head = new_head or old.config.num_classes != vit.config.num_classes
+    keep = {k: v for k, v in state.items() if not (fresh_head and k in head)}
     missing, unexpected = vit.load_state_dict(keep, strict=False)
     if unexpected or set(missing) - head:
         raise SourceError(f"model.init_from={source.account['source']}: weights do not fit: "
