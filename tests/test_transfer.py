@@ -165,6 +165,8 @@ def test_fine_tuning_at_56_px_from_a_28_px_run_reaches_the_source_accuracy(encod
     assert tuned["init_from"]["trial"] == "src" and len(tuned["init_from"]["sha256"]) == 64
     assert tuned["init_from"]["config"]["model.pos_encoding"] == encoding
     assert tuned["metrics"]["val/acc"] >= source["metrics"]["val/acc"], (tuned["metrics"], source["metrics"])
+    assert tuned["metrics"]["transfer/source_acc"] == source["metrics"]["val/acc_best"]
+    assert 0 < tuned["metrics"]["transfer/start_acc"] < 1  # at 56 px before fine-tuning
     assert fit(tmp_path, *ft) == 0  # the same command finds the same (finished) run
     assert only_record(tmp_path)["finished_at"] == tuned["finished_at"]
 

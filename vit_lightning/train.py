@@ -109,6 +109,7 @@ class FitCLI(LightningCLI):
             # One checkpoint, overwritten every epoch: {run dir}/last.ckpt (resume point, final weights).
             ModelCheckpoint(dirpath=directory, filename=Path(LAST_CKPT).stem, save_top_k=1, save_on_train_epoch_end=True,
                             enable_version_counter=False),
+            *([transfer.StartAccuracy(self.source)] if self.source else []),  # before any fine-tuning step
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
             divergence,
             self.stop,

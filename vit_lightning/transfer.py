@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import lightning.pytorch as pl
 import torch
 
 from vit_lightning.bookkeeping import one_line
 from vit_lightning.model.config import VARIANTS, ViTConfig
+from vit_lightning.record import RunRecord
 from vit_lightning.trained import TrainedError, checkpoint_path, data_options, read_checkpoint, read_run_record
 
 # ViTConfig fields that fix the architecture: taken from the source, a different one given is an error
@@ -66,8 +69,8 @@ def read_source(text: str) -> Source:
     names = {f.name for f in fields(ViTConfig)}
     options = {k: v for k, v in state["hyper_parameters"].items() if k in names}
     weights = {k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")}
-    account = {"source": text, "file": str(ckpt), "sha256": sha256(ckpt),
-               "trial": (record or {}).get("trial"), "config": (record or {}).get("config") or options}
+    account = {"source": text, "file": str(ckpt), "sha256": sha256(ckpt), "trial": (record or {}).get("trial"),
+               "config": (record or {}).get("config") or options, "metrics": (record or {}).get("metrics") or {}}
     return Source(options, weights, account, data_options(state, record))
 
 
@@ -186,3 +189,33 @@ def start_from(vit, source: Source, mode: str = "bicubic", new_head: bool = Fals
         last = [m for m in vit.head.modules() if isinstance(m, torch.nn.Linear)][-1]
         last.weight.zero_()
         last.bias.zero_()
+
+
+class StartAccuracy(pl.Callback):
+    """Into the record: the source's own accuracy and, before any fine-tuning, the accuracy on the new data.
+
+    `transfer/source_acc` is the source record's val/acc_best (at its resolution); `transfer/start_acc` the
+    started model's top-1 on the validation batches fit validates on (resampled encodings, no training).
+    """
+
+    def __init__(self, source: Source):
+        self.metrics = {"transfer/source_acc": (source.account.get("metrics") or {}).get("val/acc_best")}
+
+    def state_dict(self) -> dict:
+        return dict(self.metrics)  # a resumed run keeps the numbers measured before it first trained
+
+    def load_state_dict(self, state: dict) -> None:
+        self.metrics = dict(state)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.global_step == 0 and trainer.is_global_zero:
+            from vit_lightning.evaluate import accuracy
+
+            loader = trainer.datamodule.val_dataloader()
+            limit = trainer.limit_val_batches
+            count = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
+            batches = (batch for _, batch in zip(range(count), loader))
+            self.metrics["transfer/start_acc"] = accuracy(pl_module.model, batches)["val/acc"]
+        for callback in trainer.callbacks:
+            if isinstance(callback, RunRecord):
+                callback.add_metrics(self.metrics)
