@@ -130,7 +130,7 @@ def adopt(config, defaults, argv: list[str]) -> Source | None:
                           f"{', '.join(RESAMPLE)}")
     source = read_source(text)
     given = {k: config[f"model.{k}"] for k in ARCH_KEYS
-             if any(a.startswith(f"--model.{k}") for a in argv) or config[f"model.{k}"] != defaults[f"model.{k}"]}
+             if any(a.split("=", 1)[0] == f"--model.{k}" for a in argv) or config[f"model.{k}"] != defaults[f"model.{k}"]}
     for key, value in architecture(source, given).items():
         config[f"model.{key}"] = value
     return source
