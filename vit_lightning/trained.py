@@ -13,9 +13,9 @@ from typing import Any, NamedTuple
 
 import torch
 
-from vit_lightning.bookkeeping import RECORD, one_line
+from vit_lightning.bookkeeping import LAST_CKPT, RECORD, one_line
 
-CHECKPOINT = "last.ckpt"  # the checkpoint of a run directory
+CHECKPOINT = LAST_CKPT  # the checkpoint of a run directory
 
 
 class TrainedError(ValueError):

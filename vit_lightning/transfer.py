@@ -17,7 +17,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
-from vit_lightning.bookkeeping import one_line
+from vit_lightning.bookkeeping import BEST_METRIC, one_line
 from vit_lightning.model.config import VARIANTS, ViTConfig
 from vit_lightning.record import RunRecord
 from vit_lightning.trained import TrainedError, checkpoint_path, data_options, read_checkpoint, read_run_record
@@ -199,7 +199,7 @@ class StartAccuracy(pl.Callback):
     """
 
     def __init__(self, source: Source):
-        self.metrics = {"transfer/source_acc": (source.account.get("metrics") or {}).get("val/acc_best")}
+        self.metrics = {"transfer/source_acc": (source.account.get("metrics") or {}).get(BEST_METRIC)}
 
     def state_dict(self) -> dict:
         return dict(self.metrics)  # a resumed run keeps the numbers measured before it first trained
