@@ -11,7 +11,10 @@ import torch
 from vit_lightning import train
 from vit_lightning.ablation import METRIC, Ablation, profile
 from vit_lightning.model import ViT
+from vit_lightning.results.store import collect
+from vit_lightning.results.tables import figure_runs
 from vit_lightning.viz import analysis, write_ablation_figures
+from vit_lightning.viz.ablation import pick_runs
 from vit_lightning.viz.cli import main as viz
 from vit_lightning.viz.figures import similarity_mosaic
 from vit_lightning.viz.run import Run, compute, draw, load_run
@@ -244,8 +247,16 @@ def test_a_bad_checkpoint_is_a_one_line_error(damage, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def table_runs(runs, out):
+    """Per cell, the runs the table of the records collected from runs averages (the figures' candidates)."""
+    collect(runs, "tiny_pos", "demo", out / "records")
+    return figure_runs(TINY_ABLATION, TINY_ABLATION.profile("demo"), out)
+
+
 def test_ablation_figures_one_run_per_variant_and_the_comparisons(runs, tmp_path):
-    paths, notes = write_ablation_figures(TINY_ABLATION, "demo", runs, tmp_path, images=4)
+    candidates = table_runs(runs, tmp_path)
+    assert [len(names) for names in candidates] == [1, 1, 0]  # relative_bias_2d was not run
+    paths, notes = write_ablation_figures(TINY_ABLATION, "demo", runs, tmp_path, candidates, images=4)
     assert notes == ["figures: no checkpoint for relative_bias_2d-stem"]
     for name in ("pos_similarity", "attention_distance"):
         read_png(tmp_path / f"{name}.png")
@@ -255,10 +266,18 @@ def test_ablation_figures_one_run_per_variant_and_the_comparisons(runs, tmp_path
     assert (tmp_path / "figures" / "learned_1d-stem" / "pos_similarity.png").is_file()
     assert (tmp_path / "figures" / "none-stem" / "pos_similarity.txt").is_file()
     empty = tmp_path / "no-runs"
-    assert write_ablation_figures(TINY_ABLATION, "demo", empty, tmp_path / "x") == (
+    assert write_ablation_figures(TINY_ABLATION, "demo", empty, tmp_path / "x", candidates) == (
         [], [f"figures: no completed run with last.ckpt and the profile's settings under "
              f"{empty / 'tiny_pos' / 'demo'} (results/ keeps records only); the figures in {tmp_path / 'x'} were "
              "left as they are"])
+
+
+def test_figures_draw_only_runs_the_table_uses_first_with_a_checkpoint(runs, tmp_path):
+    none, learned, _ = table_runs(runs, tmp_path)
+    demo = TINY_ABLATION.profile("demo")
+    chosen = pick_runs(demo, runs / "tiny_pos" / "demo", [[], ["gone", *learned], []])
+    assert chosen["none-stem"][1] is None  # its run exists, but the table does not use it
+    assert chosen["learned_1d-stem"][1] == run_dir(runs, "learned_1d")  # the first candidate has no checkpoint
 
 
 def test_figures_go_to_the_runs_offline_wandb_run(tmp_path, monkeypatch):

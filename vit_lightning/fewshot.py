@@ -11,7 +11,6 @@ on other training images of the same draw; `big_vision` standardises each featur
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -26,7 +25,8 @@ from lightning.fabric.utilities.rank_zero import rank_zero_warn
 from torch import nn
 from torch.utils.data import DataLoader, Subset
 
-from vit_lightning.record import RECORD, RunRecord, one_line, write_record
+from vit_lightning.record import RECORD, RunRecord, write_record
+from vit_lightning.trained import load_trained
 
 SHOTS = (1, 5, 10, 25)
 DRAWS = 3
@@ -300,48 +300,11 @@ def _device(text: str) -> torch.device:
         raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}") from None
 
 
-def locate(path: Path) -> tuple[Path, Path]:
-    """(checkpoint, results.json beside it) for a run directory or a checkpoint file."""
-    ckpt = path / "last.ckpt" if path.is_dir() else path
-    if not ckpt.is_file():
-        raise ValueError(f"no checkpoint at {ckpt}")
-    return ckpt, ckpt.parent / RECORD
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read {path}: {one_line(error)}") from None
-
-
-def load_run(ckpt: Path, record: dict | None, data_root: str | None):
-    """The trained ViTClassifier and its set-up ViTDataModule, from a checkpoint (and the record's config)."""
-    from vit_lightning.data import ViTDataModule
-    from vit_lightning.module import ViTClassifier
-
-    try:
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
-        model = ViTClassifier(**state["hyper_parameters"])
-        model.load_state_dict(state["state_dict"])
-    except Exception as error:  # truncated file, not a checkpoint, other weights
-        raise ValueError(f"cannot load checkpoint {ckpt}: {one_line(error)}") from None
-    config = (record or {}).get("config") or {}
-    data = state.get("datamodule_hyper_parameters") or {k[5:]: v for k, v in config.items() if k.startswith("data.")}
-    if data_root:
-        data["root"] = data_root
-    datamodule = ViTDataModule(**data)
-    datamodule.setup("validate")
-    return model, datamodule
-
-
 def main(argv: list[str] | None = None) -> int:
     """`vit-ablate fewshot RUN_DIR_OR_CHECKPOINT [--shots K ...] [--draws N] [--seed S] [--data-root DIR]`."""
     args = parser().parse_args(argv)
     try:
-        ckpt, record_path = locate(Path(args.path))
-        record = read_json(record_path) if record_path.is_file() else None
-        model, datamodule = load_run(ckpt, record, args.data_root)
+        model, datamodule, record, ckpt, _ = load_trained(Path(args.path), root=args.data_root)
         metrics = evaluate(model.model.to(args.device), datamodule, tuple(args.shots), args.draws, args.seed,
                            args.estimator)
     except (ValueError, RuntimeError) as error:
@@ -350,6 +313,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"few-shot linear ({args.draws} draws): {describe(metrics, args.shots)}")
     if record is not None:
         record.setdefault("metrics", {}).update(metrics)
-        write_record(record_path.parent, record)
-        print(f"updated {record_path}")
+        write_record(ckpt.parent, record)
+        print(f"updated {ckpt.parent / RECORD}")
     return 0

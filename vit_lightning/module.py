@@ -11,6 +11,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from vit_lightning.model import ViT, build_backbone
 from vit_lightning.model.config import check_choice
+from vit_lightning.transfer import RESAMPLE, read_source, start_from
 
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -29,6 +30,9 @@ class ViTClassifier(pl.LightningModule):
         schedule: str = "cosine",
         label_smoothing: float = 0.0,
         compile: bool = False,
+        init_from: str | None = None,
+        pos_resample: str = "bicubic",
+        new_head: bool = False,
         **backbone,
     ):
         """The optimizer's options; `backbone` takes ViTConfig's (variant, patch_size, pos_encoding, ...).
@@ -45,10 +49,15 @@ class ViTClassifier(pl.LightningModule):
             schedule: decay after warm-up, per optimizer step: cosine, linear or constant.
             label_smoothing: cross-entropy label smoothing (also applied to mixup/cutmix soft targets).
             compile: torch.compile the ViT (in place: parameter names and checkpoints stay the same).
+            init_from: start from a trained model: a run dir, a .ckpt, timm:NAME or timm:NAME@FILE (its
+                architecture options are taken from it; see transfer.py).
+            pos_resample: how learned position tables follow a new data.img_size: bicubic, bilinear or nearest.
+            new_head: with init_from, a zero-initialised head even when the classes are the same.
         """
         super().__init__()
         check_choice("model.optimizer", optimizer, OPTIMIZERS)
         check_choice("model.schedule", schedule, SCHEDULES)
+        check_choice("model.pos_resample", pos_resample, RESAMPLE)
         if lr <= 0 or weight_decay < 0 or warmup_epochs < 0 or not 0.0 <= label_smoothing < 1.0:
             raise ValueError(
                 "need model.lr > 0, model.weight_decay >= 0, model.warmup_epochs >= 0, 0 <= model.label_smoothing < 1;"
@@ -64,9 +73,14 @@ class ViTClassifier(pl.LightningModule):
         self.val_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_acc5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro")
         self._loss_sums: dict[str, torch.Tensor] = {}  # stage -> (sum of loss x batch size, samples) this epoch
+        self._started_from = False  # the init_from weights are loaded once, by the first configure_model
 
     def configure_model(self) -> None:
-        """Compile once, when the trainer sets the model up (before DDP wraps it)."""
+        """Start from init_from unless resuming (before the checkpoint restores), then compile once (before DDP)."""
+        hp = self.hparams
+        if hp.init_from and not self._started_from and self.trainer.ckpt_path is None:
+            start_from(self.model, read_source(hp.init_from), hp.pos_resample, hp.new_head)
+        self._started_from = True
         if self.hparams.compile and getattr(self.model, "_compiled_call_impl", None) is None:
             self.model.compile()
 

@@ -90,6 +90,8 @@ class RunRecord(pl.Callback):
     `facts` are the model's compute facts (params, GFLOPs); `divergence` says whether the run ended diverged.
     """
 
+    init_from: dict | None = None  # the source of a run started from a trained model (transfer.Source.account)
+
     def __init__(self, directory: Path, config: dict[str, Any], facts: dict[str, Any], divergence: DivergenceStop):
         self.directory, self.config, self.facts, self.divergence = Path(directory), config, facts, divergence
         self.history: list[dict] = []
@@ -181,6 +183,7 @@ class RunRecord(pl.Callback):
             },
             "versions": versions(), "wandb": _wandb_info(trainer), "error": None, "recovery": self.recovery,
             "started_at": (previous.get("started_at") if self.history else None) or now(), "finished_at": None,
+            **({"init_from": self.init_from} if self.init_from else {}),  # where the weights came from
         }
 
     def _totals(self) -> dict[str, float]:

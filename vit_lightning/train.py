@@ -21,7 +21,7 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningCLI
 
-from vit_lightning import fewshot, loggers, runlock
+from vit_lightning import fewshot, loggers, runlock, transfer
 from vit_lightning.bookkeeping import FINAL, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, describe
 from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
 from vit_lightning.data import ViTDataModule
@@ -81,6 +81,8 @@ class FitCLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         self.config = parser.parse_args(args)  # no sys.argv cross-check: argv comes from the dispatcher
+        # --model.init_from: the architecture comes from the source (a conflicting option is an error here)
+        self.source = transfer.adopt(self.config, parser.get_defaults(), list(args))
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """Trainer whose logs, checkpoint and record all live in the run dir (nothing is written until fit)."""
@@ -89,6 +91,8 @@ class FitCLI(LightningCLI):
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
         if error := settings_error(config) or task_error(config):
             raise ValueError(error)
+        if self.source:
+            transfer.check_data(self.source, config["model.in_chans"])
         if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
             world = world_size(config, torch.cuda.device_count())
             config[TRIAL_KEY] = run_name(loggers.sweep_params() or config, world)
@@ -98,6 +102,7 @@ class FitCLI(LightningCLI):
         facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
         divergence, self.stop = DivergenceStop(), StopSignal()
         self.run_record = RunRecord(directory, config, facts, divergence)
+        self.run_record.init_from = self.source.account if self.source else None
         tty = sys.stdout.isatty()
         trainer_config = self.config_init.get("trainer") or Namespace()
         given = trainer_config.get("callbacks") or []
@@ -106,6 +111,7 @@ class FitCLI(LightningCLI):
             # One checkpoint, overwritten every epoch: {run dir}/last.ckpt (resume point, final weights).
             ModelCheckpoint(dirpath=directory, filename=Path(LAST_CKPT).stem, save_top_k=1, save_on_train_epoch_end=True,
                             enable_version_counter=False),
+            *([transfer.StartAccuracy(self.source)] if self.source else []),  # before any fine-tuning step
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
             divergence,
             self.stop,

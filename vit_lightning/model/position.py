@@ -13,18 +13,21 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def _interp_1d(table: torch.Tensor, size: int) -> torch.Tensor:
-    """Linearly resample a (L, C) table to (size, C)."""
+def _interp_1d(table: torch.Tensor, size: int, mode: str = "bicubic") -> torch.Tensor:
+    """Resample a (L, C) table to (size, C): linear (for bicubic and bilinear: one axis) or nearest."""
     if table.shape[0] == size:
         return table
+    if mode == "nearest":
+        return F.interpolate(table.T[None], size=size, mode="nearest")[0].T
     return F.interpolate(table.T[None], size=size, mode="linear", align_corners=False)[0].T
 
 
-def _interp_2d(table: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Bicubically resample a (C, H, W) table to (C, *size)."""
+def _interp_2d(table: torch.Tensor, size: tuple[int, int], mode: str = "bicubic") -> torch.Tensor:
+    """Resample a (C, H, W) table to (C, *size): bicubic, bilinear or nearest, pixel centres aligned."""
     if tuple(table.shape[-2:]) == tuple(size):
         return table
-    return F.interpolate(table[None], size=size, mode="bicubic", align_corners=False)[0]
+    corners = None if mode == "nearest" else False
+    return F.interpolate(table[None], size=tuple(size), mode=mode, align_corners=corners)[0]
 
 
 # Where an encoding can enter the network: added to the tokens once, before the first block (the
@@ -64,7 +67,7 @@ class NoEncoding(Encoding):
     def embedding(self) -> torch.Tensor | None:
         return None
 
-    def resample(self, grid: tuple[int, int]) -> None:
+    def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
         self.grid = tuple(grid)
 
 
@@ -82,11 +85,11 @@ class Learned1d(Encoding):
         return self.table
 
     @torch.no_grad()
-    def resample(self, grid: tuple[int, int]) -> None:
+    def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
         """Keep the prefix rows; interpolate the patch rows as a 2-D image."""
         prefix, patches = self.table[: self.num_prefix], self.table[self.num_prefix :]
         image = patches.T.reshape(-1, *self.grid)  # (D, H, W)
-        patches = _interp_2d(image, grid).flatten(1).T
+        patches = _interp_2d(image, grid, mode).flatten(1).T
         self.table = nn.Parameter(torch.cat([prefix, patches]))
         self.grid = tuple(grid)
 
@@ -112,9 +115,9 @@ class Learned2d(Encoding):
         return F.pad(patches, (0, 0, self.num_prefix, 0))  # prefix tokens get no position
 
     @torch.no_grad()
-    def resample(self, grid: tuple[int, int]) -> None:
-        self.x_table = nn.Parameter(_interp_1d(self.x_table, grid[1]))
-        self.y_table = nn.Parameter(_interp_1d(self.y_table, grid[0]))
+    def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
+        self.x_table = nn.Parameter(_interp_1d(self.x_table, grid[1], mode))
+        self.y_table = nn.Parameter(_interp_1d(self.y_table, grid[0], mode))
         self.grid = tuple(grid)
 
 
@@ -143,7 +146,7 @@ class SinCos2d(Encoding):
     def embedding(self) -> torch.Tensor:
         return self.table
 
-    def resample(self, grid: tuple[int, int]) -> None:
+    def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
         self.grid = tuple(grid)
         table = F.pad(sincos_2d_table(self.grid, self.dim), (0, 0, self.num_prefix, 0))
         self.register_buffer("table", table, persistent=False)  # recomputed, never saved
@@ -192,7 +195,7 @@ class Relative1d(Encoding):
         return logits.gather(-1, self.index.expand(*logits.shape[:2], -1, -1))  # [i, j] = q_i . r_{i-j}
 
     @torch.no_grad()
-    def resample(self, grid: tuple[int, int]) -> None:
+    def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
         """Give each new 1-D offset the old embedding of the 2-D offset it stands for (see `relative_1d_rows`)."""
         self.table = nn.Parameter(self.table[relative_1d_rows(self.grid, tuple(grid))])
         self._set_grid(grid)
@@ -248,8 +251,8 @@ class RelativeBias2d(Encoding):
         return table[:, self.index][None].to(q.dtype)  # (1, h, T, T)
 
     @torch.no_grad()
-    def resample(self, grid: tuple[int, int]) -> None:
-        self.table = nn.Parameter(_interp_2d(self.table, (2 * grid[0] - 1, 2 * grid[1] - 1)))
+    def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
+        self.table = nn.Parameter(_interp_2d(self.table, (2 * grid[0] - 1, 2 * grid[1] - 1), mode))
         self._set_grid(grid)
 
 
@@ -288,6 +291,7 @@ class PositionEncoding(nn.Module):
         """The module that turns block `layer`'s queries into logits bias, for relative encodings."""
         return self.parts[layer] if self.relative else None
 
-    def resample(self, grid: tuple[int, int]) -> None:
+    def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
+        """Each part to the new grid; `mode` interpolates learned tables (relative_1d remaps offsets, sincos recomputes)."""
         for part in self.parts:
-            part.resample(grid)
+            part.resample(grid, mode)

@@ -69,10 +69,10 @@ class ViT(nn.Module):
             )
 
     @torch.no_grad()
-    def resize(self, img_size: int | tuple[int, int]) -> None:
-        """Adapt to a new input resolution at the same patch size by resampling position encodings."""
+    def resize(self, img_size: int | tuple[int, int], mode: str = "bicubic") -> None:
+        """Adapt to a new input resolution at the same patch size by resampling position encodings (`mode`)."""
         hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
-        self.pos.resample(self.stem.grid_for(hw))
+        self.pos.resample(self.stem.grid_for(hw), mode)
         self.config.img_size = img_size
 
     @contextmanager

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from vit_lightning.results.store import collect, fetch_wandb
-from vit_lightning.results.tables import build
+from vit_lightning.results.tables import build, figure_runs
 
 
 def parser() -> argparse.ArgumentParser:
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_figures:
         from vit_lightning.viz import write_ablation_figures
 
-        paths, notes = write_ablation_figures(ab, args.profile, Path(args.runs), out)
+        profile = ab.profiles[args.profile]
+        paths, notes = write_ablation_figures(ab, args.profile, Path(args.runs), out, figure_runs(ab, profile, out))
         for path in paths:
             print(path)
         for note in notes:

@@ -79,6 +79,13 @@ def _mark_superseded(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def standing_runs(runs: pd.DataFrame, n_cells: int) -> list[list[str]]:
+    """Per designed cell, the runs the table averages, lowest seed first: the first that has a checkpoint stands
+    for the cell in figures."""
+    used = runs[runs["note"] == ""]
+    return [used[used["cell"] == index]["name"].tolist() for index in range(n_cells)]
+
+
 def cell_frame(ablation: Any, profile: Any, runs: pd.DataFrame) -> pd.DataFrame:
     """One row per designed cell: swept keys, values, n, mean, std (ddof=1), compute means, best."""
     used = runs[runs["note"] == ""]

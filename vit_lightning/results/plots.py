@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,11 +10,7 @@ import matplotlib.style
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullLocator
 
-from vit_lightning.bookkeeping import write_atomic
-
-# start from matplotlib's defaults (not the user's matplotlibrc) and pin what could still vary
-STYLE = {"font.family": "DejaVu Sans", "font.size": 9, "figure.figsize": (5.0, 3.5), "figure.dpi": 100,
-         "savefig.dpi": 100, "axes.grid": True, "grid.alpha": 0.3, "path.simplify": False}
+from vit_lightning.plotstyle import STYLE, save_png
 
 # (label, x values, y values, y error or None, line style)
 Series = tuple[str, Sequence[float], Sequence[float], Sequence[float] | None, str]
@@ -46,6 +41,4 @@ def line_plot(path: Path, series: list[Series], xlabel: str, ylabel: str, title:
         if series:
             ax.legend(loc="best")
         fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", metadata={"Software": None})  # no version string in the file
-    write_atomic(Path(path), buf.getvalue())
+        save_png(fig, path)

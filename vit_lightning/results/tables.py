@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from vit_lightning.bookkeeping import write_atomic
-from vit_lightning.results.frame import cell_frame, runs_frame
+from vit_lightning.results.frame import cell_frame, design_cells, runs_frame, standing_runs
 from vit_lightning.results.layouts import BUILDERS
 from vit_lightning.results.render import to_latex, to_markdown
 from vit_lightning.results.shapes import Data
@@ -33,3 +33,9 @@ def build(ablation: Any, profile: Any, out: Path) -> list[Path]:
     for png, _, draw in rep.figures:
         draw(out / png)
     return [out / name for name in files] + [out / png for png, _, _ in rep.figures]
+
+
+def figure_runs(ablation: Any, profile: Any, out: Path) -> list[list[str]]:
+    """Per designed cell, the names of the runs out/records' table uses for it (see frame.standing_runs)."""
+    runs = runs_frame(ablation, profile, load_records(Path(out) / "records"))
+    return standing_runs(runs, len(design_cells(profile)))

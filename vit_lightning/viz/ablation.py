@@ -6,16 +6,14 @@ them the table says so and leaves the committed figures as they are.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from vit_lightning.identity import same
+from vit_lightning.trained import CHECKPOINT
 from vit_lightning.viz.figures import Panel, distance_figure, panels_figure, similarity_mosaic, write_csv
-from vit_lightning.viz.run import CHECKPOINT, Numbers, compute, draw, load_run, max_distance, offset_extent
+from vit_lightning.viz.run import Numbers, compute, draw, load_run, max_distance, offset_extent
 
-SEED = "seed_everything"
 ENCODING = "model.pos_encoding"
 DISTANCE_PAIR = ("none", "learned_1d")  # the attention-distance comparison: why `none` is worse
 
@@ -27,38 +25,25 @@ def variant_label(cell: dict) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in "-".join(parts))
 
 
-def pick_runs(profile, runs: Path) -> dict[str, tuple[dict, Path | None]]:
-    """Per designed cell (by label): the cell and the completed run with the lowest seed that has a checkpoint."""
-    candidates = []
-    for path in sorted(Path(runs).glob("*/results.json")):
-        try:
-            record = json.loads(path.read_text())
-        except ValueError:
-            continue
-        config = record.get("config", {})
-        fixed = {k: v for k, v in profile.fixed.items() if not k.startswith("run.")}
-        if record.get("status") == "completed" and (path.parent / CHECKPOINT).is_file() and _matches(config, fixed):
-            candidates.append((config.get(SEED, 0), path.parent, config))
+def pick_runs(profile, runs: Path, candidates: list[list[str]]) -> dict[str, tuple[dict, Path | None]]:
+    """Per designed cell (by label): the cell and the first of its table's runs (candidates) with a checkpoint."""
     chosen = {}
-    for cell in profile.cells():
-        runs_of_cell = sorted((seed, str(d)) for seed, d, config in candidates if _matches(config, cell))
-        chosen[variant_label(cell)] = (cell, Path(runs_of_cell[0][1]) if runs_of_cell else None)
+    for cell, names in zip(profile.cells(), candidates, strict=True):
+        directory = next((Path(runs) / name for name in names if (Path(runs) / name / CHECKPOINT).is_file()), None)
+        chosen[variant_label(cell)] = (cell, directory)
     return chosen
 
 
-def _matches(config: dict, settings: dict) -> bool:
-    return all(key in config and same(json.loads(json.dumps(value)), config[key]) for key, value in settings.items())
-
-
-def write_ablation_figures(ablation, profile: str, runs_root: Path, out: Path,
+def write_ablation_figures(ablation, profile: str, runs_root: Path, out: Path, candidates: list[list[str]],
                            images: int = 32) -> tuple[list[Path], list[str]]:
     """Draw one run per variant into out/figures/VARIANT/ and the ablation's comparisons into out/.
 
-    Runs come from runs_root/ABLATION/PROFILE/*/ (results.json + last.ckpt). Returns the paths
-    written and notes for the user (variants without a checkpoint).
+    candidates: per designed cell, the names of the runs its table cell averages, in the table's order;
+    the first with a checkpoint in runs_root/ABLATION/PROFILE/NAME/ is drawn. Returns the paths written
+    and notes for the user (variants without a checkpoint).
     """
     runs = Path(runs_root) / ablation.name / profile
-    chosen = pick_runs(ablation.profile(profile), runs)
+    chosen = pick_runs(ablation.profile(profile), runs, candidates)
     missing = [label for label, (_, d) in chosen.items() if d is None]
     if len(missing) == len(chosen):
         return [], [f"figures: no completed run with {CHECKPOINT} and the profile's settings under {runs} "

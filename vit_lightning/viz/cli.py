@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from vit_lightning.viz.run import VizError, checkpoint_path, compute, draw, load_run, log_to_wandb
+from vit_lightning.trained import checkpoint_path
+from vit_lightning.viz.run import VizError, compute, draw, load_run, log_to_wandb
 
 
 def parser() -> argparse.ArgumentParser:

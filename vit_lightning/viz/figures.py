@@ -14,7 +14,7 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 
 from vit_lightning.bookkeeping import write_atomic
-from vit_lightning.results.plots import STYLE
+from vit_lightning.plotstyle import STYLE, save_png
 
 PANEL_INCHES = 2.1  # side of one heat-map panel
 MARKERS = "osD^v<>"
@@ -40,14 +40,6 @@ def similarity_mosaic(sim: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
         for c in range(w):
             mosaic[r * (h + 1): r * (h + 1) + h, c * (w + 1): c * (w + 1) + w] = sim[r * w + c].reshape(h, w)
     return mosaic
-
-
-def save_png(fig: Figure, path: Path) -> Path:
-    """Write the figure as a PNG without a software/version stamp, atomically."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    write_atomic(Path(path), buf.getvalue())
-    return Path(path)
 
 
 def write_csv(path: Path, header: Sequence[str], rows) -> Path:

@@ -11,8 +11,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from vit_lightning.bookkeeping import one_line
 from vit_lightning.model.stems import PatchStem
-from vit_lightning.record import one_line, read_record
+from vit_lightning.trained import Trained, TrainedError, build_data, load_trained
 from vit_lightning.viz import analysis
 from vit_lightning.viz.figures import (
     Panel,
@@ -25,13 +26,11 @@ from vit_lightning.viz.figures import (
     write_note,
 )
 
-CHECKPOINT = "last.ckpt"
 SHOWN = 6  # validation images drawn with their rollout
 COMPONENTS = 28  # principal components drawn, as in the paper's Figure 7
 
 
-class VizError(Exception):
-    """A run that cannot be drawn; the message is one line naming the problem."""
+VizError = TrainedError  # a run that cannot be drawn; the message is one line naming the problem
 
 
 @dataclass
@@ -64,55 +63,22 @@ class Numbers:
     rollout: np.ndarray | None = None  # (k, H', W') rollout weights on the token grid
 
 
-def checkpoint_path(path: Path) -> Path:
-    """A run dir's last.ckpt, or the given checkpoint file."""
-    path = Path(path)
-    return path / CHECKPOINT if path.is_dir() else path
-
-
 def load_run(path: Path, images: int) -> Run:
-    """The ViT of a `vit-ablate fit` checkpoint (weights-only loading) and `images` of its validation images."""
-    ckpt_path = checkpoint_path(path)
-    if not ckpt_path.is_file():
-        raise VizError(f"no checkpoint at {ckpt_path}: pass a run dir holding {CHECKPOINT} or a .ckpt file")
-    try:
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated, not a zip/pickle, or pickled objects weights_only refuses
-        raise VizError(f"cannot read checkpoint {ckpt_path}: {one_line(error)}") from None
-    if not isinstance(ckpt, dict) or not {"state_dict", "hyper_parameters"} <= set(ckpt):
-        raise VizError(f"{ckpt_path} is not a `vit-ablate fit` checkpoint (no state_dict and hyper_parameters)")
-    from vit_lightning.module import ViTClassifier
-
-    try:
-        module = ViTClassifier(**ckpt["hyper_parameters"])
-        module.load_state_dict(ckpt["state_dict"])
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise VizError(f"checkpoint {ckpt_path} does not fit this version's model: {one_line(error)}") from None
-    record = read_record(ckpt_path.parent)
-    vit = module.model.double().eval()
-    shown = _validation_images(ckpt, record, images) if images else None
-    return Run(vit, shown, record, ckpt_path.parent)
+    """The ViT of a `vit-ablate fit` run (float64, eval mode) and `images` of its validation images."""
+    trained = load_trained(path, data=False)
+    shown = _validation_images(trained, images) if images else None
+    return Run(trained.model.model.double().eval(), shown, trained.record, trained.checkpoint.parent)
 
 
-def _validation_images(ckpt: dict, record: dict | None, count: int) -> torch.Tensor:
+def _validation_images(trained: Trained, count: int) -> torch.Tensor:
     """`count` validation images of the run's data, as the run's validation loader prepares them."""
-    from vit_lightning.data import ViTDataModule
-
-    options = ckpt.get("datamodule_hyper_parameters")
-    if options is None and record:
-        options = {k.split(".", 1)[1]: v for k, v in record.get("config", {}).items() if k.startswith("data.")}
-    if options is None:
-        raise VizError("the checkpoint names no data and no results.json is beside it; pass --images 0")
     try:
-        data = ViTDataModule(**options)
-        data.setup("validate")
-        loader = data.val_dataloader()
+        loader = build_data(trained.data_options).val_dataloader()
         # Evenly spread over the validation set: its order may follow the classes.
         picked = Subset(loader.dataset, np.linspace(0, len(loader.dataset) - 1, count).round().astype(int).tolist())
         batches = [x for x, _ in DataLoader(picked, batch_size=loader.batch_size, collate_fn=loader.collate_fn)]
-    except (TypeError, ValueError, OSError) as error:
-        raise VizError(f"cannot load the run's validation images: {one_line(error)}; pass --images 0 "
-                       "to draw only the weight figures") from None
+    except (TrainedError, OSError) as error:
+        raise VizError(f"{error}; pass --images 0 to draw only the weight figures") from None
     return torch.cat(batches).double()
 
 
