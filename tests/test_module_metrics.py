@@ -30,7 +30,7 @@ def evaluate(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor)
             (top5 == labels[:, None]).any(dim=1).float().mean().item())
 
 
-def random_head(dim: int, num_classes: int) -> torch.nn.Module:
+def random_head(dim: int, num_classes: int, init: str = "paper") -> torch.nn.Module:
     return torch.nn.Linear(dim, num_classes)
 
 
