@@ -165,3 +165,20 @@ def test_fit_swin_ddp_two_cpu_processes(tmp_path, monkeypatch):
     assert train.main([*TINY, "--trainer.devices=2", "--trainer.strategy=ddp"]) == 0
     record = _record(tmp_path / "runs")
     assert record["status"] == "completed" and record["compute"]["num_devices"] == 2
+
+
+def test_arch_defaults_are_recorded_and_name_the_run_as_before_swin(tmp_path, monkeypatch):
+    """A plain ViT fit records cls / learned_1d / patch 7 (not null) and keeps its pre-Swin name; Swin gets its own."""
+    from vit_lightning.identity import LATER_DEFAULTS, run_name
+
+    monkeypatch.chdir(tmp_path)
+    plain = [a for a in TINY if not a.startswith(("--model.arch", "--model.patch_size"))]
+    assert train.main([*plain, "--run.root=vit"]) == 0 and train.main([*plain, "--run.root=swin", "--model.arch=swin"]) == 0
+    vit, swin = _record(tmp_path / "vit"), _record(tmp_path / "swin")
+    got = {k: vit["config"][f"model.{k}"] for k in ("pooling", "pos_encoding", "patch_size")}
+    assert got == {"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 7}
+    before = {k: v for k, v in vit["config"].items() if k not in LATER_DEFAULTS}  # the options a ViT had before Swin
+    assert vit["config"]["run.trial"] == run_name(before) and "-learned_1d-stem-cls-" in run_name(before)
+    got = {k: swin["config"][f"model.{k}"] for k in ("pooling", "pos_encoding", "patch_size")}
+    assert got == {"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 2}  # 14x14 tokens, window 7
+    assert "-p2-relative_bias_2d-" in swin["config"]["run.trial"]

@@ -166,7 +166,7 @@ class Swin(nn.Module):
 
     def __init__(self, variant: str = "T", **options):
         super().__init__()
-        options = {"patch_size": 4, **options, "arch": "swin"}
+        options = {**options, "arch": "swin"}
         self.config = cfg = ViTConfig(variant=variant, **options)
         _, depths, heads = SWIN_VARIANTS[cfg.variant]
         absolute, relative = SWIN_ENCODINGS[cfg.pos_encoding]
