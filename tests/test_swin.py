@@ -182,3 +182,23 @@ def test_arch_defaults_are_recorded_and_name_the_run_as_before_swin(tmp_path, mo
     got = {k: swin["config"][f"model.{k}"] for k in ("pooling", "pos_encoding", "patch_size")}
     assert got == {"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 2}  # 14x14 tokens, window 7
     assert "-p2-relative_bias_2d-" in swin["config"]["run.trial"]
+
+
+@pytest.mark.parametrize("head", ["linear", "mlp_tanh"])
+def test_init_is_the_swin_papers(head):
+    """trunc_normal(0.02) dense kernels and zero biases, PyTorch's conv init for the stem, a zero classifier."""
+    import math
+
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = Swin("micro", img_size=28, patch_size=2, in_chans=1, num_classes=10, head=head)
+    *dense, classifier = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    kernels = torch.cat([m.weight.flatten() for m in dense])
+    # torch's trunc_normal_ cuts at +-2 absolute, so at std 0.02 it is a plain normal (as in timm's and the reference)
+    assert abs(kernels.std().item() - 0.02) < 5e-4 and abs(kernels.mean().item()) < 5e-4
+    assert all(m.bias is None or not m.bias.any() for m in dense)
+    assert not classifier.weight.any() and not classifier.bias.any()
+    conv = model.stem.proj.weight  # kaiming_uniform(a=sqrt(5)): uniform within 1 / sqrt(fan_in)
+    bound = 1 / math.sqrt(conv[0].numel())
+    assert conv.abs().max() <= bound and abs(conv.std().item() - bound / math.sqrt(3)) < 0.2 * bound
