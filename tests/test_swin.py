@@ -202,3 +202,24 @@ def test_init_is_the_swin_papers(head):
     conv = model.stem.proj.weight  # kaiming_uniform(a=sqrt(5)): uniform within 1 / sqrt(fan_in)
     bound = 1 / math.sqrt(conv[0].numel())
     assert conv.abs().max() <= bound and abs(conv.std().item() - bound / math.sqrt(3)) < 0.2 * bound
+
+
+def test_swin_ablation_runs_table4_with_the_papers_numbers_and_recipe():
+    from vit_lightning.ablation import load
+    from vit_lightning.model.swin import stage_grids
+
+    ablation = load("swin")
+    table4 = {("relative_bias_2d", False): 80.2, ("relative_bias_2d", True): 81.3, ("none", True): 80.1,
+              ("learned_1d", True): 80.5, ("learned_1d+relative_bias_2d", True): 81.3}  # Swin-T top-1, %
+    for prof in ablation.profiles.values():
+        cells = {(c["model.pos_encoding"], c["model.shift"]) for c in prof.cells()}
+        assert cells == set(table4) and prof.fixed["model.arch"] == "swin"
+    assert {k: round(100 * v, 1) for k, v in ablation.reference.items()} == table4
+    demo = ablation.profiles["demo"].fixed
+    model = Swin(demo["model.variant"], img_size=28, in_chans=1, num_classes=10, patch_size=demo["model.patch_size"])
+    assert stage_grids(model.stem.grid_for((28, 28)), len(model.stages)) == [(14, 14), (7, 7)]
+    assert [b.s for b in model.blocks] == [0, 3, 0, 0]  # shifted by 7 // 2 where two windows fit, none on 7x7
+    imagenet = ablation.profiles["imagenet"].fixed  # appendix A2.1: 300 epochs, 20 warm-up, cosine, wd 0.05, dp 0.2
+    recipe = {"model.variant": "T", "trainer.max_epochs": 300, "model.warmup_epochs": 20, "model.schedule": "cosine",
+              "model.optimizer": "adamw", "model.weight_decay": 0.05, "model.drop_path": 0.2, "model.lr": 0.001}
+    assert {k: imagenet[k] for k in recipe} == recipe

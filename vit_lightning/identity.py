@@ -131,8 +131,9 @@ def run_name(params: dict[str, Any], world: int = 1) -> str:
     if get("model.stem") == "hybrid":
         patch = "hybrid" + "-".join(map(str, get("model.hybrid_layers") or []))
     lr = get("model.lr")
-    parts = ["ft" if get("model.init_from") else None, get("data.name"), get("model.variant"), patch,
-             get("model.pos_encoding"), get("model.pos_injection"),
+    shift = "noshift" if get("model.shift") is False else None  # Swin's "w/o shifting"
+    parts = ["ft" if get("model.init_from") else None, get("data.name"), get("model.arch"), get("model.variant"), patch,
+             shift, get("model.pos_encoding"), get("model.pos_injection"),
              get("model.pooling"), f"lr{lr:g}" if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
              f"s{get(SEED_KEY)}" if SEED_KEY in values else None,
              f"w{world}" if world != 1 else None, digest]
