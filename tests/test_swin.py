@@ -223,3 +223,18 @@ def test_swin_ablation_runs_table4_with_the_papers_numbers_and_recipe():
     recipe = {"model.variant": "T", "trainer.max_epochs": 300, "model.warmup_epochs": 20, "model.schedule": "cosine",
               "model.optimizer": "adamw", "model.weight_decay": 0.05, "model.drop_path": 0.2, "model.lr": 0.001}
     assert {k: imagenet[k] for k in recipe} == recipe
+
+
+def test_fewshot_on_a_swin_run_during_fit_and_from_its_checkpoint(tmp_path, monkeypatch):
+    """fit's few-shot probe reads Swin's pooled features; `vit-ablate fewshot` on the run repeats its numbers."""
+    from vit_lightning import fewshot
+
+    monkeypatch.chdir(tmp_path)
+    argv = [a for a in TINY if not a.startswith("--run.fewshot_shots")]
+    assert train.main([*argv, "--run.fewshot_shots=[2]"]) == 0
+    [path] = sorted((tmp_path / "runs").glob("*/*/*/results.json"))
+    during = json.loads(path.read_text())["metrics"]
+    assert 0.0 < during["val/fewshot2"] <= 1.0
+    assert fewshot.main([str(path.parent), "--shots", "2"]) == 0
+    after = json.loads(path.read_text())["metrics"]
+    assert after["val/fewshot2"] == pytest.approx(during["val/fewshot2"], abs=1e-6)
