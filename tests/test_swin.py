@@ -238,3 +238,22 @@ def test_fewshot_on_a_swin_run_during_fit_and_from_its_checkpoint(tmp_path, monk
     assert fewshot.main([str(path.parent), "--shots", "2"]) == 0
     after = json.loads(path.read_text())["metrics"]
     assert after["val/fewshot2"] == pytest.approx(during["val/fewshot2"], abs=1e-6)
+    # and the figures that apply to it, with a note for each that does not
+    from vit_lightning.viz import cli as viz
+
+    assert viz.main([str(path.parent), "--out", str(tmp_path / "viz"), "--images", "4", "--wandb", "off"]) == 0
+    made = {p.name for p in (tmp_path / "viz").iterdir()}
+    assert {"pos_bias.png", "pos_bias.csv", "attention_distance.png", "patch_pca.png", "rollout.txt",
+            "pos_similarity.txt"} <= made and "rollout.png" not in made
+    rows = (tmp_path / "viz" / "pos_bias.csv").read_text().splitlines()
+    assert len(rows) - 1 == 2 * (2 * 13**2) + 2 * (4 * 13**2)  # stage 1: 2 heads, stage 2: 4 heads; offsets of m=7
+
+
+def test_window_distance_of_uniform_attention_is_the_mean_pairwise_distance():
+    from vit_lightning.viz.swin import window_distance
+
+    m, stride = 3, 2.0
+    probs = torch.full((5, 2, m * m, m * m), 1.0 / (m * m))  # 5 windows, 2 heads
+    cells = [(r, c) for r in range(m) for c in range(m)]
+    pairwise = sum(stride * ((a - c) ** 2 + (b - d) ** 2) ** 0.5 for a, b in cells for c, d in cells) / len(cells) ** 2
+    assert torch.allclose(window_distance(probs, m, stride) / (5 * m * m), torch.tensor(pairwise, dtype=torch.float64))
