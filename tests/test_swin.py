@@ -116,6 +116,7 @@ def test_resize_resamples_bias_tables_and_keeps_running():
     (dict(depth=3), "model.depth=3 applies to arch=vit only"), (dict(pooling="cls"), "pooling"),
     (dict(pos_encoding="relative_1d"), "pos_encoding"), (dict(variant="Ti"), "variant"),
     (dict(pos_injection="every_layer"), "pos_injection"), (dict(drop_path=1.0), "drop_path"),
+    (dict(init="timm"), "model.init='timm' applies to arch=vit only"),
 ])
 def test_options_of_the_other_arch_are_refused(options, mentions):
     with pytest.raises(ValueError, match=mentions):

@@ -46,7 +46,8 @@ ARCH_DEFAULTS = {
 }
 # options of one architecture only, with the value that means "not used"
 VIT_ONLY = {"depth": None, "heads": None, "mlp_dim": None, "stem": "patch", "pos_injection": "stem",
-            "hybrid_layers": (3, 4, 9), "hybrid_width": 64}
+            "hybrid_layers": (3, 4, 9), "hybrid_width": 64,
+            "init": "paper"}  # Swin initialises as the Swin paper does (swin.init_swin), whatever the ViT's init
 SWIN_ONLY = {"window_size": 7, "shift": True}
 
 
