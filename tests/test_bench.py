@@ -150,3 +150,19 @@ def test_bad_arguments_fail_in_one_line_before_measuring(extra, mentions, capsys
     assert main(["bench", "--variant", "micro", *extra]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and mentions in captured.err and captured.err.count("\n") == 1
+
+
+def test_swin_candidate_is_paired_with_timms_swin():
+    from vit_lightning.bench.cli import add_ratios
+    from vit_lightning.bench.models import subjects
+
+    names = [s.name for s in subjects("micro", 56, 8, False, True, swin="micro")]
+    assert names == ["ours learned_1d/cls", "ours swin-micro", "timm swin-micro", "timm"]
+    pair = subjects("micro", 56, 8, False, True, swin="micro")[1:3]
+    x = torch.randn(2, 3, 56, 56)
+    assert [sum(p.numel() for p in s.model.parameters()) for s in pair] == [202_612, 202_612]
+    assert all(s.model.train()(x).shape == (2, 1000) for s in pair)
+    rows = [{"name": n, "kind": n.split()[0], "mode": "fp32", "precision": "32", "step_s": [t] * 3}
+            for n, t in [("ours learned_1d/cls", 1.0), ("ours swin-micro", 2.0), ("timm swin-micro", 4.0), ("timm", 2.0)]]
+    add_ratios(rows)
+    assert [r["vs_timm"] for r in rows] == [2.0, 2.0, None, None]  # swin over timm's swin, the ViT over timm's ViT

@@ -40,7 +40,7 @@ def test_sweep_yamls_in_sync_with_ablations():
 
 
 def test_every_ablation_has_demo_and_gpu_profiles():
-    assert set(available()) >= {"pos_encoding", "cls_vs_gap", "patch_size", "hybrid"}
+    assert set(available()) >= {"pos_encoding", "cls_vs_gap", "patch_size", "hybrid", "swin"}
     for name in available():
         ablation = load(name)
         assert {"demo", "cifar10", "imagenet"} <= set(ablation.profiles)

@@ -116,6 +116,7 @@ def test_resize_resamples_bias_tables_and_keeps_running():
     (dict(depth=3), "model.depth=3 applies to arch=vit only"), (dict(pooling="cls"), "pooling"),
     (dict(pos_encoding="relative_1d"), "pos_encoding"), (dict(variant="Ti"), "variant"),
     (dict(pos_injection="every_layer"), "pos_injection"), (dict(drop_path=1.0), "drop_path"),
+    (dict(init="timm"), "model.init='timm' applies to arch=vit only"),
 ])
 def test_options_of_the_other_arch_are_refused(options, mentions):
     with pytest.raises(ValueError, match=mentions):
@@ -165,3 +166,95 @@ def test_fit_swin_ddp_two_cpu_processes(tmp_path, monkeypatch):
     assert train.main([*TINY, "--trainer.devices=2", "--trainer.strategy=ddp"]) == 0
     record = _record(tmp_path / "runs")
     assert record["status"] == "completed" and record["compute"]["num_devices"] == 2
+
+
+def test_arch_defaults_are_recorded_and_name_the_run_as_before_swin(tmp_path, monkeypatch):
+    """A plain ViT fit records cls / learned_1d / patch 7 (not null) and keeps its pre-Swin name; Swin gets its own."""
+    from vit_lightning.identity import LATER_DEFAULTS, run_name
+
+    monkeypatch.chdir(tmp_path)
+    plain = [a for a in TINY if not a.startswith(("--model.arch", "--model.patch_size"))]
+    assert train.main([*plain, "--run.root=vit"]) == 0 and train.main([*plain, "--run.root=swin", "--model.arch=swin"]) == 0
+    vit, swin = _record(tmp_path / "vit"), _record(tmp_path / "swin")
+    got = {k: vit["config"][f"model.{k}"] for k in ("pooling", "pos_encoding", "patch_size")}
+    assert got == {"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 7}
+    before = {k: v for k, v in vit["config"].items() if k not in LATER_DEFAULTS}  # the options a ViT had before Swin
+    assert vit["config"]["run.trial"] == run_name(before) and "-learned_1d-stem-cls-" in run_name(before)
+    got = {k: swin["config"][f"model.{k}"] for k in ("pooling", "pos_encoding", "patch_size")}
+    assert got == {"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 2}  # 14x14 tokens, window 7
+    assert "-p2-relative_bias_2d-" in swin["config"]["run.trial"]
+
+
+@pytest.mark.parametrize("head", ["linear", "mlp_tanh"])
+def test_init_is_the_swin_papers(head):
+    """trunc_normal(0.02) dense kernels and zero biases, PyTorch's conv init for the stem, a zero classifier."""
+    import math
+
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = Swin("micro", img_size=28, patch_size=2, in_chans=1, num_classes=10, head=head)
+    *dense, classifier = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    kernels = torch.cat([m.weight.flatten() for m in dense])
+    # torch's trunc_normal_ cuts at +-2 absolute, so at std 0.02 it is a plain normal (as in timm's and the reference)
+    assert abs(kernels.std().item() - 0.02) < 5e-4 and abs(kernels.mean().item()) < 5e-4
+    assert all(m.bias is None or not m.bias.any() for m in dense)
+    assert not classifier.weight.any() and not classifier.bias.any()
+    conv = model.stem.proj.weight  # kaiming_uniform(a=sqrt(5)): uniform within 1 / sqrt(fan_in)
+    bound = 1 / math.sqrt(conv[0].numel())
+    assert conv.abs().max() <= bound and abs(conv.std().item() - bound / math.sqrt(3)) < 0.2 * bound
+
+
+def test_swin_ablation_runs_table4_with_the_papers_numbers_and_recipe():
+    from vit_lightning.ablation import load
+    from vit_lightning.model.swin import stage_grids
+
+    ablation = load("swin")
+    table4 = {("relative_bias_2d", False): 80.2, ("relative_bias_2d", True): 81.3, ("none", True): 80.1,
+              ("learned_1d", True): 80.5, ("learned_1d+relative_bias_2d", True): 81.3}  # Swin-T top-1, %
+    for prof in ablation.profiles.values():
+        cells = {(c["model.pos_encoding"], c["model.shift"]) for c in prof.cells()}
+        assert cells == set(table4) and prof.fixed["model.arch"] == "swin"
+    assert {k: round(100 * v, 1) for k, v in ablation.reference.items()} == table4
+    demo = ablation.profiles["demo"].fixed
+    model = Swin(demo["model.variant"], img_size=28, in_chans=1, num_classes=10, patch_size=demo["model.patch_size"])
+    assert stage_grids(model.stem.grid_for((28, 28)), len(model.stages)) == [(14, 14), (7, 7)]
+    assert [b.s for b in model.blocks] == [0, 3, 0, 0]  # shifted by 7 // 2 where two windows fit, none on 7x7
+    imagenet = ablation.profiles["imagenet"].fixed  # appendix A2.1: 300 epochs, 20 warm-up, cosine, wd 0.05, dp 0.2
+    recipe = {"model.variant": "T", "trainer.max_epochs": 300, "model.warmup_epochs": 20, "model.schedule": "cosine",
+              "model.optimizer": "adamw", "model.weight_decay": 0.05, "model.drop_path": 0.2, "model.lr": 0.001}
+    assert {k: imagenet[k] for k in recipe} == recipe
+
+
+def test_fewshot_on_a_swin_run_during_fit_and_from_its_checkpoint(tmp_path, monkeypatch):
+    """fit's few-shot probe reads Swin's pooled features; `vit-ablate fewshot` on the run repeats its numbers."""
+    from vit_lightning import fewshot
+
+    monkeypatch.chdir(tmp_path)
+    argv = [a for a in TINY if not a.startswith("--run.fewshot_shots")]
+    assert train.main([*argv, "--run.fewshot_shots=[2]"]) == 0
+    [path] = sorted((tmp_path / "runs").glob("*/*/*/results.json"))
+    during = json.loads(path.read_text())["metrics"]
+    assert 0.0 < during["val/fewshot2"] <= 1.0
+    assert fewshot.main([str(path.parent), "--shots", "2"]) == 0
+    after = json.loads(path.read_text())["metrics"]
+    assert after["val/fewshot2"] == pytest.approx(during["val/fewshot2"], abs=1e-6)
+    # and the figures that apply to it, with a note for each that does not
+    from vit_lightning.viz import cli as viz
+
+    assert viz.main([str(path.parent), "--out", str(tmp_path / "viz"), "--images", "4", "--wandb", "off"]) == 0
+    made = {p.name for p in (tmp_path / "viz").iterdir()}
+    assert {"pos_bias.png", "pos_bias.csv", "attention_distance.png", "patch_pca.png", "rollout.txt",
+            "pos_similarity.txt"} <= made and "rollout.png" not in made
+    rows = (tmp_path / "viz" / "pos_bias.csv").read_text().splitlines()
+    assert len(rows) - 1 == 2 * (2 * 13**2) + 2 * (4 * 13**2)  # stage 1: 2 heads, stage 2: 4 heads; offsets of m=7
+
+
+def test_window_distance_of_uniform_attention_is_the_mean_pairwise_distance():
+    from vit_lightning.viz.swin import window_distance
+
+    m, stride = 3, 2.0
+    probs = torch.full((5, 2, m * m, m * m), 1.0 / (m * m))  # 5 windows, 2 heads
+    cells = [(r, c) for r in range(m) for c in range(m)]
+    pairwise = sum(stride * ((a - c) ** 2 + (b - d) ** 2) ** 0.5 for a, b in cells for c, d in cells) / len(cells) ** 2
+    assert torch.allclose(window_distance(probs, m, stride) / (5 * m * m), torch.tensor(pairwise, dtype=torch.float64))

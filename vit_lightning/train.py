@@ -25,8 +25,9 @@ from vit_lightning import fewshot, loggers, runlock, transfer
 from vit_lightning.bookkeeping import FINAL, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, describe
 from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
 from vit_lightning.data import ViTDataModule
-from vit_lightning.defaults import DEMO
+from vit_lightning.defaults import DEMO, DEMO_PATCH
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, run_name, world_size
+from vit_lightning.model.config import ARCH_DEFAULTS
 from vit_lightning.module import ViTClassifier
 from vit_lightning.record import RunRecord, model_facts, read_record
 from vit_lightning.recovery import drop_corrupt_checkpoint, drop_corrupt_record, use_atomic_checkpoints
@@ -83,12 +84,18 @@ class FitCLI(LightningCLI):
         self.config = parser.parse_args(args)  # no sys.argv cross-check: argv comes from the dispatcher
         # --model.init_from: the architecture comes from the source (a conflicting option is an error here)
         self.source = transfer.adopt(self.config, parser.get_defaults(), list(args))
+        model = self.config.model
+        if model.get("patch_size") is None:  # the demo's patch for this architecture (checked when the model is built)
+            model.patch_size = DEMO_PATCH.get(model.get("arch"), DEMO_PATCH["vit"])
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """Trainer whose logs, checkpoint and record all live in the run dir (nothing is written until fit)."""
         # normalised once (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2): the name, record and loggers agree
         config = normalize(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
+        # options whose default depends on model.arch (None on the command line): the record and name hold the value built
+        built = self.model.model.config
+        config.update({f"model.{key}": getattr(built, key) for key in ARCH_DEFAULTS[built.arch]})
         if error := settings_error(config) or task_error(config):
             raise ValueError(error)
         if self.source:

@@ -26,7 +26,7 @@ from vit_lightning.bench.timing import (
     sync,
     train_step,
 )
-from vit_lightning.model import VARIANTS, ViT
+from vit_lightning.model import SWIN_VARIANTS, VARIANTS, ViT
 
 SCHEMA = 1
 
@@ -45,6 +45,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true", help="also time every model under torch.compile")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: no code generation)")
     p.add_argument("--encodings", action="store_true", help="also every position encoding and pooling")
+    p.add_argument("--swin", default=None, choices=list(SWIN_VARIANTS),
+                   help="also our Swin of this size against timm's SwinTransformer (patch 4, window 7, --img-size)")
     p.add_argument("--no-timm", action="store_true", help="skip the timm comparison")
     p.add_argument("--profiles", nargs="*", default=list(loader.PROFILES), choices=loader.PROFILES,
                    help="profiles whose data path is measured (none: skip the data path)")
@@ -63,7 +65,7 @@ def resolve_device(name: str) -> torch.device:
 def measure_models(args, device: torch.device, modes: list[tuple[str, bool]], after_round) -> list[dict]:
     """Every subject in every mode, timed in alternating rounds (`after_round()` after each); one row per candidate."""
     torch.manual_seed(0)
-    subs = subjects(args.variant, args.img_size, args.patch_size, args.encodings, not args.no_timm)
+    subs = subjects(args.variant, args.img_size, args.patch_size, args.encodings, not args.no_timm, args.swin)
     x = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
     y = torch.randint(0, 1000, (args.batch_size,), device=device)
     if any(compiled for _, compiled in modes):
@@ -119,7 +121,8 @@ def add_ratios(rows: list[dict]) -> None:
 
     for r in rows:
         eager_mode = "fp32" if r["precision"] == "32" else "bf16"
-        pairs = {"vs_timm": find("timm", r["mode"]), "vs_none": find("ours none/cls", r["mode"]),
+        reference = r["name"].replace("ours ", "timm ") if "swin" in r["name"] else "timm"  # Swin against timm's Swin
+        pairs = {"vs_timm": find(reference, r["mode"]), "vs_none": None if "swin" in r["name"] else find("ours none/cls", r["mode"]),
                  "vs_fp32": find(r["name"], "fp32"), "vs_eager": find(r["name"], eager_mode)}
         for key, base in pairs.items():
             same = base is r or (key == "vs_timm" and r["kind"] == "timm")

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from vit_lightning.bench.timing import Candidate
-from vit_lightning.model import ENCODINGS, POOLINGS, VARIANTS, ViT
+from vit_lightning.model import ENCODINGS, POOLINGS, SWIN_VARIANTS, VARIANTS, Swin, ViT
 
 NUM_CLASSES = 1000
 ABSOLUTE = ("none", "learned_1d", "learned_2d", "sincos_2d")  # added to the tokens; the rest bias attention
@@ -45,9 +45,27 @@ def timm_vit(variant: str, img_size: int, patch_size: int) -> Subject | None:
     return Subject("timm", "timm", "learned_1d", "cls", _visible_head(model))
 
 
-def subjects(variant: str, img_size: int, patch_size: int, encodings: bool, with_timm: bool) -> list[Subject]:
-    """ours learned_1d/cls, timm, then (with `encodings`) every other encoding with cls and every other pooling."""
-    out = [ours(variant, img_size, patch_size)]
+def swin_pair(variant: str, img_size: int, with_timm: bool) -> list[Subject]:
+    """Our Swin and (with timm) timm's SwinTransformer at the same sizes: patch 4, window 7, relative bias."""
+    out = [Subject(f"ours swin-{variant}", "ours", "relative_bias_2d", "gap",
+                   _visible_head(Swin(variant, img_size=img_size, num_classes=NUM_CLASSES)))]
+    try:
+        from timm.models.swin_transformer import SwinTransformer
+    except ImportError:
+        return out
+    if with_timm:
+        width, depths, heads = SWIN_VARIANTS[variant]
+        model = SwinTransformer(img_size=img_size, patch_size=4, num_classes=NUM_CLASSES, embed_dim=width,
+                                depths=depths, num_heads=heads, window_size=7, drop_path_rate=0.0)
+        out.append(Subject(f"timm swin-{variant}", "timm", "relative_bias_2d", "gap", _visible_head(model)))
+    return out
+
+
+def subjects(variant: str, img_size: int, patch_size: int, encodings: bool, with_timm: bool,
+             swin: str | None = None) -> list[Subject]:
+    """ours learned_1d/cls, timm, then (with `encodings`) every other encoding with cls and every other pooling;
+    with `swin`, our Swin of that size and timm's."""
+    out = [ours(variant, img_size, patch_size)] + (swin_pair(swin, img_size, with_timm) if swin else [])
     if with_timm:
         reference = timm_vit(variant, img_size, patch_size)
         if reference is None:

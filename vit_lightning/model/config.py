@@ -41,12 +41,13 @@ SWIN_ENCODINGS: dict[str, tuple[bool, bool]] = {
 
 # what None means for an option whose natural default differs by architecture
 ARCH_DEFAULTS = {
-    "vit": {"pooling": "cls", "pos_encoding": "learned_1d"},
-    "swin": {"pooling": "gap", "pos_encoding": "relative_bias_2d"},
+    "vit": {"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 16},
+    "swin": {"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 4},
 }
 # options of one architecture only, with the value that means "not used"
 VIT_ONLY = {"depth": None, "heads": None, "mlp_dim": None, "stem": "patch", "pos_injection": "stem",
-            "hybrid_layers": (3, 4, 9), "hybrid_width": 64}
+            "hybrid_layers": (3, 4, 9), "hybrid_width": 64,
+            "init": "paper"}  # Swin initialises as the Swin paper does (swin.init_swin), whatever the ViT's init
 SWIN_ONLY = {"window_size": 7, "shift": True}
 
 
@@ -71,7 +72,8 @@ class ViTConfig:
         img_size: input side in pixels, or (height, width); `fit` sets it from the data.
         in_chans: input channels; `fit` sets it from the data.
         num_classes: output classes; `fit` sets it from the data.
-        patch_size: side of the square patches (the hybrid stem's stride replaces it).
+        patch_size: side of the square patches (default 16; swin: 4; `fit`: the demo's, 7 or for swin 2; the hybrid
+            stem's stride replaces it).
         width: token width D (Swin: C of the first stage), overriding the variant's.
         depth: number of encoder blocks, overriding the variant's.
         heads: attention heads, overriding the variant's; must divide width.
@@ -100,7 +102,7 @@ class ViTConfig:
     img_size: int | tuple[int, int] = 224
     in_chans: int = 3
     num_classes: int = 1000
-    patch_size: int = 16
+    patch_size: int | None = None
     width: int | None = None
     depth: int | None = None
     heads: int | None = None

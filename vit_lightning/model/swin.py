@@ -15,10 +15,24 @@ import torch.nn.functional as F
 from torch import nn
 
 from vit_lightning.model.config import SWIN_ENCODINGS, SWIN_VARIANTS, ViTConfig
-from vit_lightning.model.layers import Attention, DropPath, Mlp, drop_path_rates, init_dense
+from vit_lightning.model.layers import Attention, DropPath, Mlp, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import Learned1d, RelativeBias2d
 from vit_lightning.model.stems import PatchStem
+
+
+def init_swin(module: nn.Module) -> None:
+    """The Swin paper's init (and its reference code's): trunc_normal(0.02) dense kernels, zero biases.
+
+    Swin's own, not the ViT's `model.init`: the ViT follows vit_jax (xavier kernels, lecun_normal stem), a
+    choice of the ViT paper that Swin does not make, so the Swin paper's runs and ours start alike whatever the
+    ViT's default is. Convs (the patch embedding) keep PyTorch's fan-in init and LayerNorms ones and zeros, as
+    there; the position tables initialise themselves with normal(0.02), as there.
+    """
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
 
 
 def window_partition(x: torch.Tensor, m: int) -> torch.Tensor:
@@ -166,7 +180,7 @@ class Swin(nn.Module):
 
     def __init__(self, variant: str = "T", **options):
         super().__init__()
-        options = {"patch_size": 4, **options, "arch": "swin"}
+        options = {**options, "arch": "swin"}
         self.config = cfg = ViTConfig(variant=variant, **options)
         _, depths, heads = SWIN_VARIANTS[cfg.variant]
         absolute, relative = SWIN_ENCODINGS[cfg.pos_encoding]
@@ -183,8 +197,11 @@ class Swin(nn.Module):
         )
         self.pool = POOLINGS[cfg.pooling](dims[-1], heads[-1])
         self.pool.norm.eps = 1e-5  # the paper's final LayerNorm, with Swin's eps
-        self.apply(init_dense)  # the Swin paper's trunc_normal(0.02) on dense layers, zero biases
         self.head = HEADS[cfg.head](dims[-1], cfg.num_classes)
+        self.apply(init_swin)  # the head's hidden layer too; its classifier then starts at zero, as the ViT's
+        classifier = [m for m in self.head.modules() if isinstance(m, nn.Linear)][-1]
+        nn.init.zeros_(classifier.weight)
+        nn.init.zeros_(classifier.bias)
         self.width = dims[-1]
 
     @property
