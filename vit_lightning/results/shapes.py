@@ -83,7 +83,9 @@ def header(data: Data, tests: str, seen: str) -> list[tuple[str, str]]:
     return [("Source", ab.source), ("Paper's finding", ab.finding), ("Paper's numbers", ab.reference_note),
             ("Profile", f"{prof.name}" + (f" ({prof.description})" if prof.description else "")
              + f"; seeds {', '.join(map(str, prof.seeds))}; {fixed}"),
-            ("Metric", f"{ab.metric}; cells are mean ± sample std (ddof=1) over seeds, n = finished runs "
+            ("Metric", f"{ab.metric}; cells are mean ± sample std (ddof=1) over seeds"
+                       + (f" and {ab.replicates} (the replicates)" if getattr(ab, "replicates", None) else "")
+                       + ", n = finished runs "
                        "averaged; N/A: not part of the design; missing: designed, no finished run"),
             ("Tests", tests), ("Our result", seen)]
 
