@@ -214,7 +214,8 @@ def test_bad_sources_are_one_line_before_anything_is_written(tmp_path, capsys):
         assert len(err) == 1 and words in err[0], err
         assert sorted(tmp_path.rglob("*")) == before
     for args, words in ((["--model.patch_size=4"], "a different patch size"),
-                        (["--model.pos_encoding=none"], "model.pos_encoding='none' (the source has 'learned_1d')")):
+                        (["--model.pos_encoding=none"], "model.pos_encoding='none' (the source has 'learned_1d')"),
+                        (["--model.arch=swin"], "model.arch='swin' (the source has 'vit')")):
         assert train.main([f"--model.init_from={src}", *args, f"--run.root={tmp_path}", "--run.wandb=off"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
@@ -229,3 +230,14 @@ def test_bad_sources_are_one_line_before_anything_is_written(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "did not finish" in err[0]
     assert sorted(p.name for p in (tmp_path / "adhoc/local").iterdir()) == ["src", "unfinished"]
+
+
+def test_a_swin_source_is_refused_in_one_line(tmp_path, capsys):
+    from vit_lightning.module import ViTClassifier
+
+    swin = ViTClassifier(arch="swin", variant="micro", patch_size=2, img_size=28, in_chans=1, num_classes=10)
+    torch.save({"state_dict": swin.state_dict(), "hyper_parameters": dict(swin.hparams)}, tmp_path / "swin.ckpt")
+    assert train.main([f"--model.init_from={tmp_path / 'swin.ckpt'}", f"--run.root={tmp_path}", "--run.wandb=off"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a swin source cannot start a run" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["swin.ckpt"]

@@ -83,6 +83,9 @@ class Ablation:
     profiles: dict[str, Profile]
     layout: str = "grid"  # how the table reads: one of LAYOUTS
     baseline: dict[str, Any] | None = None  # the cell the finding says every other cell beats, e.g. {ENC: "none"}
+    # A swept key whose values replicate a cell, like seeds: the table averages over them (transfer: the source run)
+    replicates: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)  # further metrics of the record -> column title, mean ± std
     doc: str = field(default="", compare=False)  # the ablation file's docstring
 
     def __post_init__(self):
@@ -97,6 +100,9 @@ class Ablation:
                 raise ValueError(f"ablation {self.name!r}: profile key {key!r} != its name {prof.name!r}")
             if self.rows not in prof.axes or (self.cols and self.cols not in prof.axes + tuple(prof.fixed)):
                 raise ValueError(f"ablation {self.name!r}: profile {key!r} does not sweep rows/cols {self.rows}/{self.cols}")
+            if self.replicates is not None and (self.replicates not in prof.axes or self.replicates in (self.rows, self.cols)):
+                raise ValueError(f"ablation {self.name!r}: profile {key!r}: replicates={self.replicates!r} must be a "
+                                 "swept key other than rows and cols")
             self._check_table(prof)
             # every record lands in runs/<ablation>/<profile>/...
             run_keys = {"run.ablation": self.name, "run.profile": prof.name}
@@ -118,9 +124,18 @@ class Ablation:
             if not set(self.baseline) <= set(prof.axes):
                 raise ValueError(f"{where}: baseline keys {sorted(self.baseline)} are not all swept "
                                  f"({', '.join(prof.axes)})")
-            matches = [c for c in prof.cells() if all(c[k] == v for k, v in self.baseline.items())]
+            cells = {tuple(sorted((k, repr(v)) for k, v in c.items() if k != self.replicates)): c for c in prof.cells()}
+            matches = [c for c in cells.values() if all(c[k] == v for k, v in self.baseline.items())]
             if len(matches) != 1:
                 raise ValueError(f"{where}: baseline {self.baseline} matches {len(matches)} cells, needs exactly 1")
+
+    def table_profile(self, name: str) -> Profile:
+        """The named profile as its table reads it: the replicates key left out of the cells."""
+        prof = self.profile(name)
+        if self.replicates is None:
+            return prof
+        grids = tuple({k: v for k, v in block.items() if k != self.replicates} for block in prof.grids)
+        return dataclasses.replace(prof, grids=grids)
 
     def profile(self, name: str) -> Profile:
         """The named profile; ValueError naming the choices otherwise."""

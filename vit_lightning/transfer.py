@@ -23,7 +23,7 @@ from vit_lightning.record import RunRecord
 from vit_lightning.trained import TrainedError, checkpoint_path, data_options, read_checkpoint, read_run_record
 
 # ViTConfig fields that fix the architecture: taken from the source, a different one given is an error
-ARCH_KEYS = ("variant", "patch_size", "width", "depth", "heads", "mlp_dim", "pos_encoding", "pos_injection",
+ARCH_KEYS = ("arch", "variant", "patch_size", "width", "depth", "heads", "mlp_dim", "pos_encoding", "pos_injection",
              "pooling", "stem", "hybrid_layers", "hybrid_width", "head")
 DATA_KEYS = ("img_size", "in_chans", "num_classes")  # from the new data; img_size and num_classes may change
 RESAMPLE = ("bicubic", "bilinear", "nearest")  # model.pos_resample: how learned tables are interpolated
@@ -68,6 +68,9 @@ def read_source(text: str) -> Source:
                           "finish it first (the same fit command resumes it)")
     names = {f.name for f in fields(ViTConfig)}
     options = {k: v for k, v in state["hyper_parameters"].items() if k in names}
+    if options.get("arch", "vit") != "vit":  # Swin's windows and merged stages do not follow a new grid here
+        raise SourceError(f"model.init_from={text}: a {options['arch']} source cannot start a run; "
+                          "only ViT sources (runs, checkpoints, timm ViTs) can")
     weights = {k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")}
     account = {"source": text, "file": str(ckpt), "sha256": sha256(ckpt), "trial": (record or {}).get("trial"),
                "config": (record or {}).get("config") or options, "metrics": (record or {}).get("metrics") or {}}
@@ -113,7 +116,7 @@ def timm_options(vit) -> dict:
     sizes = (len(vit.blocks), vit.embed_dim, block.mlp.fc1.out_features, block.attn.num_heads)
     variant = next((name for name, size in VARIANTS.items() if size == sizes), "micro")
     depth, width, mlp_dim, heads = sizes
-    return {"variant": variant, "depth": depth, "width": width, "mlp_dim": mlp_dim, "heads": heads,
+    return {"arch": "vit", "variant": variant, "depth": depth, "width": width, "mlp_dim": mlp_dim, "heads": heads,
             "patch_size": embed.patch_size[0], "img_size": list(embed.img_size), "in_chans": embed.proj.in_channels,
             "num_classes": vit.num_classes, "pooling": timm_pooling(vit)[0], "head": _head(vit),
             "pos_encoding": "none" if vit.pos_embed is None else "learned_1d", "pos_injection": "stem",

@@ -58,12 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
         print(f"W&B: {len(fetched) + sum(skipped.values())} run(s) read, {len(fetched)} stored"
               + (f", {sum(skipped.values())} skipped ({why})" if skipped else ""), file=sys.stderr)
-    for path in build(ab, ab.profiles[args.profile], out):
+    for path in build(ab, ab.table_profile(args.profile), out):
         print(path)
     if not args.no_figures:
         from vit_lightning.viz import write_ablation_figures
 
-        profile = ab.profiles[args.profile]
+        profile = ab.table_profile(args.profile)
         paths, notes = write_ablation_figures(ab, args.profile, Path(args.runs), out, figure_runs(ab, profile, out))
         for path in paths:
             print(path)

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from vit_lightning.bookkeeping import SEED_KEY
-from vit_lightning.identity import plain, same
+from vit_lightning.identity import number, plain, same
 from vit_lightning.results.stats import summarize
 from vit_lightning.results.store import record_time
 
@@ -46,6 +46,7 @@ def _why_not_used(rec: dict, cell: int, metric: float, profile: Any) -> str:
 def runs_frame(ablation: Any, profile: Any, records: list[dict]) -> pd.DataFrame:
     """One row per record of this profile: name, status, swept keys, seed, metric, compute, used/note."""
     cells, keys = design_cells(profile), list(profile.axes)
+    extra, replicates = list(getattr(ablation, "columns", {})), getattr(ablation, "replicates", None)
     rows = []
     for rec in records:
         if rec.get("profile") != profile.name or rec.get("ablation", ablation.name) != ablation.name:
@@ -55,26 +56,30 @@ def runs_frame(ablation: Any, profile: Any, records: list[dict]) -> pd.DataFrame
         cell = cells[index] if index >= 0 else {k: plain(config.get(k)) for k in keys}
         metric = math.nan if metrics.get(ablation.metric) is None else float(metrics[ablation.metric])
         rows.append({"name": rec["name"], "status": rec.get("status"), **cell, "seed": config.get(SEED),
+                     "replicate": plain(config.get(replicates)) if replicates else None,
                      "val/acc": metrics.get("val/acc"), ablation.metric: metric,
+                     **{m: number(metrics.get(m)) for m in extra},
                      **{k: compute.get(k) for k in COMPUTE}, "cell": index,
                      "note": _why_not_used(rec, index, metric, profile),
                      "error": (rec.get("error") or "").splitlines()[0][:200] if rec.get("error") else "",
                      "time": record_time(rec)})
-    columns = ["name", "status", *keys, "seed", ablation.metric, "val/acc", *COMPUTE, "cell", "note", "error", "time"]
+    columns = ["name", "status", *keys, "seed", *(["replicate"] if replicates else []), ablation.metric, *extra,
+               "val/acc", *COMPUTE, "cell", "note", "error", "time"]
     frame = pd.DataFrame(rows, columns=list(dict.fromkeys(columns)))
     frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").round().astype("Int64")
-    frame = _mark_superseded(frame)
+    frame = _mark_superseded(frame, ["cell", "seed", *(["replicate"] if replicates else [])])
     order = frame["cell"].where(frame["cell"] >= 0, len(cells))
     frame = frame.assign(_order=order).sort_values(["_order", "seed", "name"], kind="stable")
     return frame.drop(columns="_order").reset_index(drop=True)
 
 
-def _mark_superseded(frame: pd.DataFrame) -> pd.DataFrame:
-    """Two finished runs of one cell and seed (e.g. an older config hash): keep the newer one."""
+def _mark_superseded(frame: pd.DataFrame, key: list[str]) -> pd.DataFrame:
+    """Two finished runs of one cell and seed (and replicate; e.g. an older config hash): keep the newer one."""
     used = frame[frame["note"] == ""].sort_values(["time", "name"])
-    dup = used.duplicated(["cell", "seed"], keep="last")
+    dup = used.duplicated(key, keep="last")
     for i in used.index[dup]:
-        newer = used[(used["cell"] == used.at[i, "cell"]) & (used["seed"] == used.at[i, "seed"])]["name"].iloc[-1]
+        same_key = (used[key].astype(str) == used.loc[i, key].astype(str)).all(axis=1)
+        newer = used[same_key]["name"].iloc[-1]
         frame.at[i, "note"] = f"superseded by {newer}"
     return frame
 
@@ -95,7 +100,10 @@ def cell_frame(ablation: Any, profile: Any, runs: pd.DataFrame) -> pd.DataFrame:
         values = mine[ablation.metric].tolist()
         mean, std, n = summarize(values)
         compute = {k: pd.to_numeric(mine[k], errors="coerce").mean() for k in COMPUTE}
-        rows.append({"cell": index, **cell, "values": values, "n": n, "mean": mean, "std": std, **compute,
+        extra = {}
+        for m in getattr(ablation, "columns", {}):  # (mean, std, n) of each further metric
+            extra[m] = summarize([v for v in pd.to_numeric(mine[m], errors="coerce") if math.isfinite(v)])
+        rows.append({"cell": index, **cell, "values": values, "n": n, "mean": mean, "std": std, **compute, **extra,
                      "paper": paper_value(ablation, cell)})
     cells = pd.DataFrame(rows)
     return with_best(cells)

@@ -123,7 +123,7 @@ def build_grid(data: Data) -> Report:
     refs = [f"the baseline {n}" if n != "best" else "the best cell" for n, _ in families]
     caption = f"Each cell against {' and against '.join(refs)}" if refs else "Each cell"
     tables.append(comparison_table(cells, keys, caption, families,
-                                   paper=not two_d and cells["paper"].notna().any()))
+                                   paper=not two_d and cells["paper"].notna().any(), extra=ab.columns))
     return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs")
 
 

@@ -83,7 +83,9 @@ def header(data: Data, tests: str, seen: str) -> list[tuple[str, str]]:
     return [("Source", ab.source), ("Paper's finding", ab.finding), ("Paper's numbers", ab.reference_note),
             ("Profile", f"{prof.name}" + (f" ({prof.description})" if prof.description else "")
              + f"; seeds {', '.join(map(str, prof.seeds))}; {fixed}"),
-            ("Metric", f"{ab.metric}; cells are mean ± sample std (ddof=1) over seeds, n = finished runs "
+            ("Metric", f"{ab.metric}; cells are mean ± sample std (ddof=1) over seeds"
+                       + (f" and {ab.replicates} (the replicates)" if getattr(ab, "replicates", None) else "")
+                       + ", n = finished runs "
                        "averaged; N/A: not part of the design; missing: designed, no finished run"),
             ("Tests", tests), ("Our result", seen)]
 
@@ -128,21 +130,23 @@ Family = tuple[str, dict[int, "Comparison | str"]]  # (reference's name, row -> 
 
 
 def comparison_table(cells: pd.DataFrame, keys: list[str], caption: str, families: list[Family],
-                     paper: bool = False, compute: bool = True) -> Table:
-    """One row per cell: its values, accuracy, then Δ, p and Holm p against each family's reference, compute."""
-    columns = [*map(label, keys), "accuracy", *(["paper"] if paper else [])]
+                     paper: bool = False, compute: bool = True, extra: dict[str, str] | None = None) -> Table:
+    """One row per cell: its values, further metrics (extra: key -> title), accuracy, then Δ, p and Holm p
+    against each family's reference, compute."""
+    extra = extra or {}
+    columns = [*map(label, keys), *extra.values(), "accuracy", *(["paper"] if paper else [])]
     for name, _ in families:
         columns += [f"Δ vs {name}", "p", "Holm p"]
     columns += [title for title, _ in COMPUTE_COLUMNS.values()] if compute else []
     table = Table(caption, columns, [])
     for i, (index, c) in enumerate(cells.iterrows()):
-        line = [*(fmt_value(c[k]) for k in keys), fmt_acc(c["mean"], c["std"], c["n"])]
+        line = [*(fmt_value(c[k]) for k in keys), *(fmt_acc(*c[m]) for m in extra), fmt_acc(c["mean"], c["std"], c["n"])]
         line += [fmt_paper(c["paper"])] if paper else []
         for _, family in families:
             line += comparison_text(family.get(index, "-"))
         line += [fmt_num(c[k], spec) for k, (_, spec) in COMPUTE_COLUMNS.items()] if compute else []
         if c["best"]:
-            table.bold.add((i, len(keys)))
+            table.bold.add((i, len(keys) + len(extra)))
         table.rows.append(line)
     return table
 

@@ -156,6 +156,13 @@ def checked_trials(configs: list[dict], args, gpus: int = 0) -> list[trials.Tria
     return all_trials
 
 
+def check_sources(all_trials: list[trials.Trial], args) -> None:
+    """Trials started from other runs (model.init_from) start only once those runs have finished."""
+    options = f" --ablations-dir {args.ablations_dir}" if args.ablations_dir else ""
+    if line := trials.missing_sources(all_trials, options):
+        raise SweepError(line)
+
+
 def local_groups(args) -> list[list[str]]:
     """The local backend's GPU group per slot: --parallel K splits the visible GPUs."""
     try:
@@ -179,7 +186,7 @@ def run_wandb(configs: list[dict], args) -> int:
             groups = supervise.split_gpus(supervise.visible_gpus(), groups=args.agents, per_group=args.gpus_per_agent)
         except ValueError as err:
             raise SweepError(f"--agents/--gpus-per-agent: {err}") from None
-    checked_trials([c for c in configs if c.get("method") == "grid"], args, gpus=len(groups[0]))  # checked first
+    check_sources(checked_trials([c for c in configs if c.get("method") == "grid"], args, gpus=len(groups[0])), args)
     wandb_backend.check_devices(configs, len(groups[0]))
     if not wandb_backend.has_credentials():
         raise SweepError("the wandb backend needs W&B credentials: run `wandb login` (self-hosted W&B: "
@@ -257,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             all_trials = checked_trials(configs, args, gpus=len(groups[0]))
             if args.dry_run:
                 return print_lines([t.shell() for t in all_trials])
+            check_sources(all_trials, args)
             return run_local(all_trials, groups, args)
         return run_wandb(configs, args)
     except SweepError as err:

@@ -107,3 +107,29 @@ def find_record(trial: Trial) -> dict | None:
     except (OSError, ValueError):
         return None  # not started, or being written
     return {**record, "_path": str(path)} if isinstance(record, dict) and record.get("trial") == trial.id else None
+
+
+SOURCE_KEY = "model.init_from"  # a trial started from another run names that run's directory here
+
+
+def missing_sources(all_trials: list[Trial], options: str = "") -> str | None:
+    """One line naming the source runs (model.init_from run directories) without a finished record and the
+    sweeps that make them; None when every source has finished. `options`: added to each command."""
+    missing: dict[tuple[str, str], list[str]] = {}
+    for trial in all_trials:
+        source = trial.params.get(SOURCE_KEY)
+        if not source or str(source).startswith("timm:") or str(source).endswith(".ckpt"):
+            continue
+        path = Path(str(source))
+        try:
+            record = json.loads((path / RECORD).read_text())
+        except (OSError, ValueError):
+            record = {}
+        if not isinstance(record, dict) or record.get("status") != "completed":
+            missing.setdefault((path.parent.parent.name, path.parent.name), []).append(path.name)
+    if not missing:
+        return None
+    count = sum(map(len, missing.values()))
+    where = "; ".join(f"{a}/{p}: {', '.join(names)}" for (a, p), names in missing.items())
+    make = " && ".join(f"vit-ablate sweep {a} --profile {p}{options}" for a, p in missing)
+    return f"{count} source run(s) have not finished ({where}); make them first: {make}"

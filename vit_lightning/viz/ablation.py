@@ -43,7 +43,7 @@ def write_ablation_figures(ablation, profile: str, runs_root: Path, out: Path, c
     and notes for the user (variants without a checkpoint).
     """
     runs = Path(runs_root) / ablation.name / profile
-    chosen = pick_runs(ablation.profile(profile), runs, candidates)
+    chosen = pick_runs(ablation.table_profile(profile), runs, candidates)
     missing = [label for label, (_, d) in chosen.items() if d is None]
     if len(missing) == len(chosen):
         return [], [f"figures: no completed run with {CHECKPOINT} and the profile's settings under {runs} "
