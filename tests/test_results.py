@@ -19,7 +19,7 @@ from vit_lightning.ablation import Ablation, Profile
 from vit_lightning.results import cli, store
 from vit_lightning.results.frame import cell_frame, runs_frame
 from vit_lightning.results.layouts import BUILDERS
-from vit_lightning.results.optimum import differ, optimum, peak, ratio
+from vit_lightning.results.optimum import differ, log_peaks, optimum, peak, ratio
 from vit_lightning.results.stats import compare, fmt_p, holm, summarize, welch_p
 
 ENC, INJ, POOL, LR, PATCH, STEM, HEAD = ("model.pos_encoding", "model.pos_injection", "model.pooling", "model.lr",
@@ -158,6 +158,45 @@ def test_peak_of_a_parabola_in_log_lr():
     assert differ(low_edge, fit) == "yes" and differ(fit, low_edge) == "yes"
     high_edge = dataclasses.replace(far, edge=1)  # its optimum may be higher, up to fit's: cannot tell
     assert differ(high_edge, fit).startswith("cannot tell") and differ(fit, high_edge).startswith("cannot tell")
+
+
+
+# The committed cls_vs_gap demo's cells (means, per-seed sds over its 7 lrs), as the truth to simulate from.
+SIM_LRS = [0.00025 * 2**k for k in range(7)]
+SIM_CURVES = {
+    "gap/linear": ([0.497, 0.636, 0.751, 0.832, 0.805, 0.773, 0.651], [0.026, 0.030, 0.025, 0.011, 0.059, 0.033, 0.091]),
+    "cls/mlp_tanh": ([0.335, 0.488, 0.531, 0.596, 0.616, 0.580, 0.430], [0.039, 0.020, 0.042, 0.171, 0.080, 0.108, 0.136]),
+    "parabola": ([0.9 - 0.03 * math.log2(lr / 0.0015) ** 2 for lr in SIM_LRS], [0.02] * 7),  # optimum between points
+}
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_the_optimum_interval_has_its_coverage_and_equal_optima_rarely_differ(n):
+    """Seeds drawn from known curves: the 95% interval covers the true fitted optimum >= 93% of the time,
+    and two set-ups with the same curve are called different <= 6% of the time."""
+    rng, reps = np.random.default_rng(n), 150
+    for name, (mu, sd) in SIM_CURVES.items():
+        truth = peak(SIM_LRS, mu)  # what the fit estimates: the peak of the parabola through the true means
+        covered = differs = 0
+        for r in range(reps):
+            a, b = (np.asarray(mu)[:, None] + np.asarray(sd)[:, None] * rng.standard_normal((7, n)) for _ in "ab")
+            fit_a, fit_b = optimum(SIM_LRS, a.tolist(), seed=2 * r), optimum(SIM_LRS, b.tolist(), seed=2 * r + 1)
+            covered += fit_a.low <= truth <= fit_a.high
+            differs += differ(fit_a, fit_b) == "yes"
+        assert covered / reps >= 0.93, (name, n, covered / reps)
+        assert differs / reps <= 0.06, (name, n, differs / reps)
+
+
+def test_a_seed_resampling_bootstrap_would_undercover():
+    """The check above can fail: resampling the seeds themselves covers far less than 95% at n = 3."""
+    rng, reps, (mu, sd) = np.random.default_rng(0), 150, SIM_CURVES["gap/linear"]
+    truth, covered = peak(SIM_LRS, mu), 0
+    for _ in range(reps):
+        cells = np.asarray(mu)[:, None] + np.asarray(sd)[:, None] * rng.standard_normal((7, 3))
+        means = cells[np.arange(7)[None, :, None], rng.integers(0, 3, (2000, 7, 3))].mean(-1)  # (2000, 7)
+        low, high = np.percentile(log_peaks(SIM_LRS, means), [2.5, 97.5])
+        covered += 10**low <= truth <= 10**high
+    assert covered / reps < 0.9
 
 
 # ---- layouts -------------------------------------------------------------------------------------

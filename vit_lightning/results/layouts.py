@@ -169,8 +169,10 @@ def build_lr_sweep(data: Data) -> Report:
     tables.append(table)
     tests = (f"Welch's t-test (two-sided, scipy ttest_ind with equal_var=False) of each {corner} at its own best "
              f"{label(lr)} against the best of them, Holm-corrected; fitted optimum: the peak of a parabola in "
-             f"log10({label(lr)}) through the best grid point and its two neighbours, with a 95% percentile interval "
-             f"from 2000 bootstrap resamples of each cell's seeds; optima differ when the interval of their ratio "
+             f"log10({label(lr)}) through the best grid point and its two neighbours, with a 95% interval "
+             f"from 2000 parametric bootstrap draws (each cell's mean plus Student's t with n-1 degrees of freedom "
+             f"times its standard error; by simulation it covers the optimum at least 95% of the time at n = 3 "
+             f"and 5); optima differ when the interval of their ratio "
              f"excludes 1; {BEST_CAVEAT}")
     figures = [("lr_curve.png", f"accuracy vs {label(lr)} per {corner}", lambda p: _lr_curve(data, cells, lr, p)),
                ("training_curves.png", "validation accuracy per epoch",
@@ -181,7 +183,7 @@ def build_lr_sweep(data: Data) -> Report:
 def _fit(done: pd.DataFrame, lr: str, seed: int) -> Optimum | None:
     """The fitted optimum of one set-up's finished cells; None with fewer than three learning rates.
 
-    Each set-up bootstraps with its own generator seed, so two set-ups' resamples are independent.
+    Each set-up bootstraps with its own generator seed, so two set-ups' draws are independent.
     """
     done = done.sort_values(lr)
     return optimum(done[lr].tolist(), done["values"].tolist(), seed) if len(done) >= 3 else None
