@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from vit_lightning import ViT
 from vit_lightning.model import ENCODINGS, POOLINGS
+from vit_lightning.model.layers import keeping_attention
 from vit_lightning.model.position import sincos_2d_table
 
 MICRO = dict(img_size=28, in_chans=1, num_classes=10, patch_size=4)
@@ -162,7 +163,7 @@ def test_attention_maps_give_the_same_numbers():
     maps = model.attention_maps(x)
     assert len(maps) == 4 and maps[0].shape == (2, 4, 50, 50)
     torch.testing.assert_close(maps[2].sum(-1), torch.ones(2, 4, 50))
-    with model._keeping_attention():
+    with keeping_attention(model.blocks):
         explicit = model(x)
     torch.testing.assert_close(fused, explicit, rtol=1e-5, atol=1e-6)
 

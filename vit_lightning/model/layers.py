@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +47,19 @@ class Attention(nn.Module):
             p = self.attn_dropout if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b, t, d)))
+
+
+@contextmanager
+def keeping_attention(blocks):
+    """Within the block, every block's attention computes its softmax explicitly and keeps it in `attn.probs`."""
+    blocks = list(blocks)
+    for block in blocks:
+        block.attn.keep_probs = True
+    try:
+        yield
+    finally:
+        for block in blocks:
+            block.attn.keep_probs, block.attn.probs = False, None
 
 
 class Mlp(nn.Module):

@@ -8,14 +8,12 @@ Attention, MLP, the relative-bias table, the absolute table, pooling and heads a
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from vit_lightning.model.config import SWIN_ENCODINGS, SWIN_VARIANTS, ViTConfig
-from vit_lightning.model.layers import Attention, DropPath, Mlp, drop_path_rates
+from vit_lightning.model.layers import Attention, DropPath, Mlp, drop_path_rates, keeping_attention
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import Learned1d, RelativeBias2d
 from vit_lightning.model.stems import PatchStem
@@ -244,20 +242,10 @@ class Swin(nn.Module):
                 block.set_grid(stage_grid, window)
         self.config.img_size, self.config.window_size = img_size, window
 
-    @contextmanager
-    def _keeping_attention(self):
-        for block in self.blocks:
-            block.attn.keep_probs = True
-        try:
-            yield
-        finally:
-            for block in self.blocks:
-                block.attn.keep_probs, block.attn.probs = False, None
-
     @torch.no_grad()
     def attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Attention probabilities of every block, each (B * windows, heads, m*m, m*m) within its windows."""
-        with self._keeping_attention():
+        with keeping_attention(self.blocks):
             self(x)
             return [block.attn.probs for block in self.blocks]
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 from torch import nn
 
 from vit_lightning.model.config import ViTConfig
-from vit_lightning.model.layers import Block, drop_path_rates
+from vit_lightning.model.layers import Block, drop_path_rates, keeping_attention
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import PositionEncoding
 from vit_lightning.model.stems import STEMS
@@ -75,20 +73,10 @@ class ViT(nn.Module):
         self.pos.resample(self.stem.grid_for(hw), mode)
         self.config.img_size = img_size
 
-    @contextmanager
-    def _keeping_attention(self):
-        for block in self.blocks:
-            block.attn.keep_probs = True
-        try:
-            yield
-        finally:
-            for block in self.blocks:
-                block.attn.keep_probs, block.attn.probs = False, None
-
     @torch.no_grad()
     def attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Attention probabilities of every block, each (B, heads, T, T)."""
-        with self._keeping_attention():
+        with keeping_attention(self.blocks):
             self(x)
             return [block.attn.probs for block in self.blocks]
 
