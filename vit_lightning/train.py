@@ -25,7 +25,7 @@ from vit_lightning import fewshot, loggers, runlock, transfer
 from vit_lightning.bookkeeping import FINAL, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, describe
 from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
 from vit_lightning.data import ViTDataModule
-from vit_lightning.defaults import DEMO, DEMO_PATCH
+from vit_lightning.defaults import DEMO, demo_patch
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, run_name, world_size
 from vit_lightning.model.config import ARCH_DEFAULTS
 from vit_lightning.module import ViTClassifier
@@ -86,7 +86,7 @@ class FitCLI(LightningCLI):
         self.source = transfer.adopt(self.config, parser.get_defaults(), list(args))
         model = self.config.model
         if model.get("patch_size") is None:  # the demo's patch for this architecture (checked when the model is built)
-            model.patch_size = DEMO_PATCH.get(model.get("arch"), DEMO_PATCH["vit"])
+            model.patch_size = demo_patch(model.get("arch"))
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """Trainer whose logs, checkpoint and record all live in the run dir (nothing is written until fit)."""

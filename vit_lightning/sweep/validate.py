@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from vit_lightning.defaults import demo_patch
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize
 from vit_lightning.sweep.expand import METHODS, SWEEP_KEYS, distribution
 
@@ -226,6 +227,8 @@ def data_shape(data: dict) -> dict[str, Any]:
 def check_model(namespace) -> None:
     """The trial's LightningModule builds with the data's shape (a patch size that divides the image, ...)."""
     options = {**namespace.model.as_dict(), **data_shape(namespace.data.as_dict())}
+    if options.get("patch_size") is None:  # as fit fills it in
+        options["patch_size"] = demo_patch(options.get("arch"))
     if error := _model_error(json.dumps(options, sort_keys=True)):
         raise SweepError(error)
 
