@@ -73,15 +73,16 @@ def test_yaml_files_are_valid_wandb_sweeps():
 
 def test_cls_vs_gap_sweeps_a_fine_log_grid_per_setup():
     ablation = load("cls_vs_gap")
-    for prof in ablation.profiles.values():
+    for name, prof in ablation.profiles.items():
         setups = [(b["model.pooling"], b["model.head"]) for b in prof.grids]
-        assert setups == [(["cls"], ["mlp_tanh"]), (["gap"], ["linear"])]  # appendix D.3's two set-ups
+        # appendix D.3's two set-ups and the control that tells the token from the head
+        assert setups == [(["cls"], ["mlp_tanh"]), (["gap"], ["linear"]), (["cls"], ["linear"])]
         for block in prof.grids:
             lrs = sorted(block["model.lr"])
-            assert len(lrs) >= 7 and all(1 < b / a <= 2 + 1e-9 for a, b in zip(lrs, lrs[1:]))
+            assert len(lrs) >= (5 if name == "demo" else 7) and all(1 < b / a <= 2 + 1e-9 for a, b in zip(lrs, lrs[1:]))
     demo = ablation.profiles["demo"].grids[0]["model.lr"]
-    assert min(demo) < 0.001 and 0.004 < max(demo)  # both sides of the old demo grid's peak (3e-3), with room
-    assert len(ablation.profiles["demo"].seeds) >= 5
+    assert min(demo) < 0.001 and 0.004 < max(demo)  # both sides of the 30-epoch check's lr (2e-3), with room
+    assert len(ablation.profiles["demo"].seeds) >= 3
 
 
 def test_patch_sizes_divide_the_image():
@@ -217,7 +218,7 @@ def test_dry_run_set_overrides_every_trial(capsys):
     code, out, _ = run_cli(["cls_vs_gap", "--profile", "cifar10", "--dry-run", "--set", "trainer.max_epochs=1",
                             "--set", "data.root=/data"], capsys)
     args = [parse_line(x) for x in out.strip().splitlines()]
-    assert code == 0 and len(args) == 2 * 7 * 3
+    assert code == 0 and len(args) == 3 * 7 * 3  # set-ups x learning rates x seeds
     assert all(a["trainer.max_epochs"] == "1" and a["data.root"] == "/data" for a in args)
 
 

@@ -46,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
     local_.add_argument("--parallel", type=positive, default=1, metavar="K",
                         help="K trials at once, each on 1/K of the visible GPUs (or of the CPU threads)")
     local_.add_argument("--retry-failed", action="store_true", help="run failed trials again")
+    local_.add_argument("--fresh-processes", action="store_true",
+                        help="start each trial as a new `vit-ablate fit` process instead of forking it from a worker "
+                             "that imported torch and Lightning once per slot (about 5 s more per trial)")
     remote = p.add_argument_group("wandb backend")
     remote.add_argument("--project", default="vit-lightning")
     remote.add_argument("--entity")
@@ -173,7 +176,7 @@ def local_groups(args) -> list[list[str]]:
 
 def run_local(all_trials: list[trials.Trial], groups: list[list[str]], args) -> int:
     slots = supervise.slot_envs(groups)
-    return local.Runner(all_trials, slots, retry_failed=args.retry_failed).run()
+    return local.Runner(all_trials, slots, retry_failed=args.retry_failed, fork=not args.fresh_processes).run()
 
 
 def run_wandb(configs: list[dict], args) -> int:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from vit_lightning import runlock
 from vit_lightning.bookkeeping import FINAL, describe, now, one_line, write_atomic
+from vit_lightning.sweep import forkserver
 from vit_lightning.sweep.supervise import Supervisor
 from vit_lightning.sweep.trials import Trial, executable, find_record, swept_keys
 from vit_lightning.sweep.wandb_backend import SLURM_TASK_VARS
@@ -111,8 +112,8 @@ class Runner:
     """Runs trials on `slots` (one env overlay per concurrent process), printing progress."""
 
     def __init__(self, trials: list[Trial], slots: list[dict[str, str]], retry_failed: bool = False,
-                 log: Callable[[str], None] | None = None):
-        self.trials, self.slots, self.retry_failed = trials, slots, retry_failed
+                 log: Callable[[str], None] | None = None, fork: bool = True):
+        self.trials, self.slots, self.retry_failed, self.fork = trials, slots, retry_failed, fork
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.state = State(self.log)
         self.supervisor = Supervisor(self.log)
@@ -156,21 +157,30 @@ class Runner:
     def _worker(self, slot: int) -> None:
         # without an allocation's task layout, as the W&B backend: Lightning starts each trial's DDP processes
         env = {**{k: v for k, v in os.environ.items() if k not in SLURM_TASK_VARS}, **self.slots[slot]}
-        while True:
-            with self.supervisor.lock:
-                if self.supervisor.stopping or not self.queue:
+        worker = None
+        try:
+            while True:
+                with self.supervisor.lock:
+                    if self.supervisor.stopping or not self.queue:
+                        return
+                    trial = self.queue.pop(0)
+                if worker is None and self.fork and trial.command[0] == "vit-ablate":
+                    worker = forkserver.Worker(env)  # imports the stack once for all of this slot's trials
+                try:
+                    self._run_one(trial, env, worker if trial.command[0] == "vit-ablate" else None)
+                except Exception as error:  # the runner itself failed: stop everything, say why in one line
+                    self.supervisor.fail(describe(error) if isinstance(error, OSError) else one_line(error))
                     return
-                trial = self.queue.pop(0)
-            try:
-                self._run_one(trial, env)
-            except Exception as error:  # the runner itself failed: stop everything, say why in one line
-                self.supervisor.fail(describe(error) if isinstance(error, OSError) else one_line(error))
-                return
+        except OSError as error:  # the worker could not start
+            self.supervisor.fail(describe(error))
+        finally:
+            if worker is not None:
+                worker.close()
 
     def _label(self, trial: Trial) -> str:
         return " ".join(f"{k}={trial.params[k]}" for k in self.swept) or trial.id
 
-    def _run_one(self, trial: Trial, env: dict[str, str]) -> None:
+    def _run_one(self, trial: Trial, env: dict[str, str], worker=None) -> None:
         """Take the trial's run dir, check it is still to run, run it there, record the outcome."""
         k, n = self.index[trial.id], len(self.trials)
         try:
@@ -185,11 +195,11 @@ class Runner:
                 self.log(f"[sweep] trial {k}/{n} skipped: {now_status} in the meantime")
                 self._count("done" if now_status == "done" else "failed")
                 return
-            self._launch(trial, {**env, runlock.ENV_FD: str(lock)}, lock)
+            self._launch(trial, {**env, runlock.ENV_FD: str(lock)}, lock, worker)
         finally:
             runlock.release(lock)
 
-    def _launch(self, trial: Trial, env: dict[str, str], lock: int) -> None:
+    def _launch(self, trial: Trial, env: dict[str, str], lock: int, worker=None) -> None:
         k, n = self.index[trial.id], len(self.trials)
         parallel = len(self.slots) > 1
         log_path = trial.record_dir / ".sweep-logs" / f"{trial.id}.log"
@@ -199,7 +209,7 @@ class Runner:
             out = open(log_path, "ab")
         try:
             attempts = self.state.get(trial).get("attempts", 0) + 1
-            proc = self.supervisor.start(executable(trial.command), env, stdout=out, pass_fds=(lock,))
+            proc = self.supervisor.start(executable(trial.command), env, stdout=out, pass_fds=(lock,), worker=worker)
             if proc is None:
                 return
             t0 = time.monotonic()

@@ -136,13 +136,17 @@ class Supervisor:
         """128 + the signal when stopped by one, else `otherwise`."""
         return otherwise if self.stop_signal is None else 128 + self.stop_signal
 
-    def start(self, argv: list[str], env: dict[str, str], stdout=None, pass_fds=()) -> subprocess.Popen | None:
-        """Start argv in its own session (inheriting pass_fds); None once the sweep is stopping."""
+    def start(self, argv: list[str], env: dict[str, str], stdout=None, pass_fds=(), worker=None):
+        """Start argv in its own session (inheriting pass_fds), or fork it from a trial worker
+        (forkserver.py); the process handle, None once the sweep is stopping."""
         with self.lock:
             if self.stopping:
                 return None
-            proc = subprocess.Popen(argv, env=env, start_new_session=True, stdout=stdout, pass_fds=pass_fds,
-                                    stderr=subprocess.STDOUT if stdout else None)
+            if worker is not None:
+                proc = worker.start(argv, env, stdout=stdout, pass_fds=pass_fds)
+            else:
+                proc = subprocess.Popen(argv, env=env, start_new_session=True, stdout=stdout, pass_fds=pass_fds,
+                                        stderr=subprocess.STDOUT if stdout else None)
             self.running[proc.pid] = proc
         return proc
 

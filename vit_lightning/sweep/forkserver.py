@@ -1,0 +1,176 @@
+"""A trial worker that imports the training stack once and forks every trial of its slot from there.
+
+A demo trial starting as a fresh `vit-ablate fit` process spends about 5 s importing torch,
+Lightning and torchvision before it trains: a fifth of a 25 s trial. The local backend therefore
+starts one worker per slot (in the slot's environment, its own session), which imports
+`vit_lightning.train` and then waits on a socket. For each trial it forks a child that becomes
+what `vit-ablate fit ...` would have been: its own session and process group (the supervisor
+signals it as before), the trial's environment, stdout/stderr on the trial's log, the sweep's
+run-directory lock under the same descriptor number, the same argv (so Lightning's DDP launcher
+starts its other ranks with the same command), and the CLI's exit code. The worker reports the
+child's pid, then its exit status in `subprocess.Popen.returncode` form (negative: killed by a
+signal), so the supervisor treats both kinds of process alike.
+
+Nothing runs in the worker but imports, so no thread, CUDA context or OpenMP pool exists to be
+broken by fork. The worker exits when the sweep closes its end of the socket (or dies).
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+
+PRELOAD = "vit_lightning.train"  # what a trial imports before it trains (torch, Lightning, torchvision, the model)
+MAX_MESSAGE = 1 << 20
+
+
+def _send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
+    data = json.dumps(message).encode()
+    if fds:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.sendall(data)
+
+
+def _recv(sock: socket.socket) -> tuple[dict | None, list[int]]:
+    """One message and the descriptors sent with it; (None, []) at end of file."""
+    fds = array.array("i")
+    data, ancillary, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(16 * fds.itemsize))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    return (json.loads(data) if data else None), list(fds)
+
+
+class Worker:
+    """The sweep's handle on one worker process: start() forks a trial there and returns a Popen-like handle."""
+
+    def __init__(self, env: dict[str, str]):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = ours
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "vit_lightning.sweep.forkserver", str(theirs.fileno())],
+            env=env, pass_fds=(theirs.fileno(),), start_new_session=True)
+        theirs.close()
+        ready, _ = _recv(self.sock)  # the stack is imported (or the worker died trying)
+        if not ready or not ready.get("ready"):
+            self.close()
+            raise OSError("the trial worker could not import the training stack")
+
+    def start(self, argv: list[str], env: dict[str, str], stdout=None, pass_fds=()) -> Forked:
+        """Fork `vit-ablate ...` (argv as trials.executable gives it) as a trial, output to `stdout` or the sweep's."""
+        if os.path.basename(argv[0]) == "vit-ablate":
+            script, args = argv[0], argv[1:]
+        elif argv[1:3] == ["-m", "vit_lightning.cli"]:
+            script, args = None, argv[3:]  # the child runs vit_lightning/cli.py as the script
+        else:
+            raise ValueError(f"a trial worker runs vit-ablate commands only, not {argv[0]}")
+        out = stdout.fileno() if stdout is not None else sys.stdout.fileno()
+        err = stdout.fileno() if stdout is not None else sys.stderr.fileno()
+        request = {"script": script, "args": args, "env": env, "fds": [1, 2, *pass_fds]}
+        _send(self.sock, request, [out, err, *pass_fds])
+        reply, _ = _recv(self.sock)
+        if not reply or "pid" not in reply:
+            raise OSError("the trial worker stopped before it started the trial")
+        return Forked(self.sock, reply["pid"])
+
+    def close(self) -> None:
+        self.sock.close()  # the worker reads end of file and exits
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class Forked:
+    """A forked trial as the supervisor sees a subprocess: pid, poll(), wait() -> returncode."""
+
+    def __init__(self, sock: socket.socket, pid: int):
+        self.sock, self.pid, self.returncode = sock, pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self.sock], [], [], 0)[0]:
+            self._read()
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self._read()
+        return self.returncode
+
+    def _read(self) -> None:
+        reply, _ = _recv(self.sock)
+        if not reply or "returncode" not in reply:
+            raise OSError(f"the trial worker died while trial process {self.pid} ran")
+        self.returncode = reply["returncode"]
+
+
+def _child(sock: socket.socket, request: dict, fds: list[int]) -> int:
+    """In the forked process: become `vit-ablate ARGS` and return its exit code (SystemExit and
+    KeyboardInterrupt propagate to the interpreter's top level, as in a fresh process)."""
+    sock.close()
+    for fd, wanted in zip(fds, request["fds"]):  # each descriptor under the number the trial expects
+        if fd != wanted:
+            os.dup2(fd, wanted)
+    for fd in set(fds) - set(request["fds"]):
+        os.close(fd)
+    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):  # buffered as a fresh process's would be
+        stream.reconfigure(line_buffering=stream is sys.stderr or os.isatty(fd))
+    os.environ.clear()
+    os.environ.update(request["env"])
+    from vit_lightning import cli
+
+    # Lightning starts the other DDP ranks with `python sys.argv[0] ARGS` when __main__ has no module spec
+    # (else `python -m <__main__'s module>`, which here would be this worker): they run the trial's own command
+    sys.argv = [request["script"] or cli.__file__, *request["args"]]
+    sys.modules["__main__"].__spec__ = None
+    return cli.main(request["args"])
+
+
+def serve(fd: int) -> int | None:
+    """The worker's loop; returns None when the sweep hangs up, or, in a forked trial, the trial's exit code."""
+    import importlib
+
+    sock = socket.socket(fileno=fd)
+    importlib.import_module(PRELOAD)
+    import vit_lightning.cli  # noqa: F401  (the trial's entry point)
+
+    _send(sock, {"ready": True})
+    while True:
+        request, fds = _recv(sock)
+        if request is None:
+            return None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        started, went = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(started)
+            os.setsid()  # before the sweep learns the pid: it signals the trial's process group
+            os.close(went)
+            return _child(sock, request, fds)
+        os.close(went)
+        os.read(started, 1)  # end of file once the child has its own session (or died)
+        os.close(started)
+        for received in fds:
+            os.close(received)
+        try:
+            _send(sock, {"pid": pid})
+        except OSError:  # the sweep is gone: the trial runs on alone, as a spawned one would
+            return None
+        _, status = os.waitpid(pid, 0)
+        try:
+            _send(sock, {"returncode": os.waitstatus_to_exitcode(status)})
+        except OSError:
+            return None
+
+
+if __name__ == "__main__":
+    code = serve(int(sys.argv[1]))
+    sys.exit(code or 0)  # a trial's exit runs the interpreter's normal shutdown (atexit, stream flushes)
