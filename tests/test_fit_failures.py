@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from vit_lightning import runlock, train
+from vit_lightning import rundir, train
 from vit_lightning.sweep import cli as sweep_cli
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
@@ -77,15 +77,15 @@ def test_fit_leaves_a_run_dir_that_another_process_trains_alone(tmp_path, capsys
     directory.mkdir(parents=True)
     for name in ("last.ckpt", "metrics.csv"):  # another process's files: a fresh start would delete them
         (directory / name).write_text("theirs")
-    held = runlock.acquire(directory)
+    held = rundir.acquire(directory)
     try:
-        assert train.main(argv) == runlock.BUSY
+        assert train.main(argv) == rundir.BUSY
     finally:
-        runlock.release(held)
+        rundir.release(held)
     assert error_lines(capsys.readouterr().err) == [
         f"vit-ablate fit: error: {directory} is being trained by pid {os.getpid()} on {os.uname().nodename}; "
         "not started: a run dir has one writer at a time"]
-    assert {p.name: p.read_text() for p in directory.iterdir() if p.name != runlock.LOCK} == {
+    assert {p.name: p.read_text() for p in directory.iterdir() if p.name != rundir.LOCK} == {
         "last.ckpt": "theirs", "metrics.csv": "theirs"}
 
 
@@ -148,12 +148,12 @@ def test_a_read_only_run_root_is_one_line(readonly_dir, tmp_path, monkeypatch, c
 def test_a_full_disk_fails_the_run_with_its_reason_and_no_temp_files(small_disk, tmp_path, monkeypatch, capfd, tiny_fit, only_record):
     root, mounted = small_disk
     if not mounted:  # the checkpoint (the big write) cannot be written, as on a full disk
-        from vit_lightning import recovery
+        from vit_lightning import rundir
 
         def no_space(path, data):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(recovery, "write_atomic", no_space)
+        monkeypatch.setattr(rundir, "write_atomic", no_space)
     monkeypatch.chdir(tmp_path)
     assert train.main([*tiny_fit(2, 1, "--run.fewshot_shots=[]"), "--trainer.max_epochs=1", f"--run.root={root / 'runs'}"]) == 1
     path, record = only_record(root / "runs")

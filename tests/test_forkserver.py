@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from vit_lightning import runlock
+from vit_lightning import rundir
 from vit_lightning.sweep import forkserver
 from vit_lightning.sweep.trials import executable
 
@@ -45,13 +45,13 @@ def test_a_forked_trial_trains_what_a_fresh_process_trains_under_the_sweeps_lock
 
     forked_root = tmp_path / "forked"
     run_dir = forked_root / "adhoc" / "local" / "t"
-    lock = runlock.acquire(run_dir)  # held here, as the sweep holds it: the trial must use this very descriptor
+    lock = rundir.acquire(run_dir)  # held here, as the sweep holds it: the trial must use this very descriptor
     log = tmp_path / "trial.log"
     with open(log, "wb") as out:
-        proc = worker.start(fit_argv(forked_root, *args), {**os.environ, runlock.ENV_FD: str(lock)},
+        proc = worker.start(fit_argv(forked_root, *args), {**os.environ, rundir.ENV_FD: str(lock)},
                             stdout=out, pass_fds=(lock,))
         assert proc.wait() == 0, log.read_text()[-2000:]
-    runlock.release(lock)
+    rundir.release(lock)
     assert "epoch 2/2" in log.read_text()  # the trial's output went to its log
     a, b = record_of(tmp_path / "fresh"), record_of(forked_root)
     assert a["status"] == b["status"] == "completed"

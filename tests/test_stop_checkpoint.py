@@ -5,7 +5,7 @@ import json
 import os
 import signal
 
-from vit_lightning import train
+from vit_lightning import rundir, train
 from vit_lightning.module import ViTClassifier
 
 TINY = ["--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
@@ -29,7 +29,7 @@ def test_sigterm_checkpoints_mid_epoch_and_the_resume_trains_every_step_once(tmp
     stopped = json.loads(record_path.read_text())
     assert stopped["status"] == "interrupted" and [h["epoch"] for h in stopped["history"]] == [0]
     [hpc] = run_dir.glob("hpc_ckpt_*.ckpt")
-    assert train.resume_point(run_dir) == hpc
+    assert rundir.resume_point(run_dir) == hpc
     assert "stopped by SIGTERM at step 9" in capsys.readouterr().out  # the first step to end after the signal
 
     assert train.main(args) == 0  # resumes mid-epoch 1 (EpochPrinter: stdout is no terminal here)

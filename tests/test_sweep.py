@@ -222,6 +222,14 @@ def test_dry_run_set_overrides_every_trial(capsys):
     assert all(a["trainer.max_epochs"] == "1" and a["data.root"] == "/data" for a in args)
 
 
+def test_set_reads_an_exponent_as_a_number_and_refuses_null_in_one_line(capsys):
+    code, out, _ = run_cli(["hybrid", "--dry-run", "--set", "model.lr=1e-3"], capsys)
+    assert code == 0 and {parse_line(x)["model.lr"] for x in out.strip().splitlines()} == {"0.001"}
+    code, out, err = run_cli(["hybrid", "--dry-run", "--set", "model.patch_size=null"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and "cannot pass null" in lines[0], err
+
+
 # --- W&B backend -------------------------------------------------------------------------------------
 def test_gpu_split_is_shared_by_both_backends():
     from vit_lightning.sweep.supervise import slot_envs, split_gpus

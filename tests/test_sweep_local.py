@@ -128,13 +128,13 @@ def test_a_signal_to_the_sweep_is_forwarded_and_the_sweep_resumes(sig, tmp_path)
 
 
 def test_a_trial_whose_run_dir_another_process_holds_is_not_started(tmp_path, monkeypatch, capsys):
-    from vit_lightning import runlock
+    from vit_lightning import rundir
     from vit_lightning.sweep import trials
 
     monkeypatch.setenv("FAKE_MARKER", str(tmp_path / "marker.txt"))
     sweep = make_sweep(tmp_path)
     first = trials.build([yaml.safe_load(Path(sweep).read_text())])[0]
-    held = runlock.acquire(first.run_dir)  # stands in for the fit child of a sweep that was SIGKILLed
+    held = rundir.acquire(first.run_dir)  # stands in for the fit child of a sweep that was SIGKILLed
     try:
         assert cli.main([sweep, "--backend", "local"]) == 0  # the held trial is the live holder's to finish
         err = capsys.readouterr().err
@@ -143,7 +143,7 @@ def test_a_trial_whose_run_dir_another_process_holds_is_not_started(tmp_path, mo
         ended = sorted(e.split()[1] for e in events(tmp_path) if e.startswith("end"))
         assert first.id not in ended and len(ended) == 3  # the three others ran
     finally:
-        runlock.release(held)
+        rundir.release(held)
     assert cli.main([sweep, "--backend", "local"]) == 0  # once it is free, the trial runs
     assert sum(e.startswith("end") for e in events(tmp_path)) == 4
 

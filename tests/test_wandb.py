@@ -90,7 +90,7 @@ def agent_run(tmp_path_factory):
     assert code == 0, log[-3000:]
     [path] = sorted((tmp / "runs").glob("agent_e2e/demo/*/results.json"))
     return {"tmp": tmp, "ablations": ablations, "sweep": sweep, "params": params,
-            "record": json.loads(path.read_text()), "run_dir": path.parent}
+            "record": json.loads(path.read_text()), "run_dir": path.parent, "log": log}
 
 
 def test_agent_trial_logs_what_the_sweep_and_the_tables_need(agent_run):
@@ -99,17 +99,35 @@ def test_agent_trial_logs_what_the_sweep_and_the_tables_need(agent_run):
     assert (run.run.run_id, run.run.sweep_id, run.run.display_name) == (RUN_ID, SWEEP_ID, record["name"])
     assert record["status"] == "completed" and record["wandb"]["run_id"] == RUN_ID
     assert record["wandb"]["sweep_id"] == SWEEP_ID and record["compute"]["num_devices"] == 2  # DDP inside SLURM
-    # the full flat config, as the record holds it
+    # the full flat config, as the record holds it; the sweep's own keys set once, by the agent (no "locked" warnings)
     assert {key: run.config.get(key) for key in record["config"]} == record["config"]
+    assert "locked by" not in agent_run["log"], [line for line in agent_run["log"].splitlines() if "locked by" in line]
     # the sweep metric: in the history after every epoch (the best val/acc so far), and in the summary
     accs = [h["val/acc"] for h in record["history"]]
     logged = [row["val/acc_best"] for row in run.history if "val/acc_best" in row]
     assert logged == [max(accs[:k + 1]) for k in range(len(accs))] and len(logged) == 2
+    # each with its epoch, so `table --wandb` keeps it in that epoch's history row
+    assert [row.get("epoch") for row in run.history if "val/acc_best" in row] == [h["epoch"] for h in record["history"]]
     assert run.summary["val/acc_best"] == record["metrics"]["val/acc_best"] == max(accs)
     assert run.summary["val/fewshot1"] == record["metrics"]["val/fewshot1"]
     for key in ("params", "gflops_per_image", "train_images_per_s", "num_devices"):
         assert run.summary[f"compute/{key}"] == record["compute"][key]
     assert (run.summary["status"], run.summary["trial"], run.exit_code) == ("completed", record["name"], 0)
+
+
+def test_an_agent_trial_whose_run_dir_has_finished_reports_that_record_to_its_run(agent_run, tmp_path):
+    import shutil
+
+    tmp, record = tmp_path, agent_run["record"]
+    shutil.copytree(agent_run["tmp"] / "runs", tmp / "runs")  # the other tests keep their one offline run
+    agent = wandb_backend.agent_commands([f"me/vit/{SWEEP_ID}"], [[]])[0]
+    code, log = run_trial(tmp, agent_run["sweep"], agent_run["params"], wandb_backend.agent_env(bare_env(tmp), agent.env),
+                          run_id="again1")
+    assert code == 0 and "skipped, run already completed" in log, log[-2000:]
+    [run] = [r for r in map(wandb_agent.read_run, wandb_agent.offline_runs(tmp)) if r.run.run_id == "again1"]
+    assert run.summary["val/acc_best"] == record["metrics"]["val/acc_best"] and run.exit_code == 0
+    assert [row["val/acc_best"] for row in run.history if "val/acc_best" in row] == [record["metrics"]["val/acc_best"]]
+    assert run.summary["status"] == "completed" and run.summary["trial"] == record["name"]
 
 
 def test_an_agent_trial_has_the_name_the_local_runner_gives_it(agent_run):
@@ -352,7 +370,7 @@ SRUN_TASK = {"SLURM_JOB_ID": "5151", "SLURM_JOB_NAME": "vit-trial", "SLURM_NTASK
 def test_a_printed_trial_config_runs_under_srun_and_requeues_into_its_own_run_dir(tmp_path, monkeypatch, capsys):
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
-    from vit_lightning import train
+    from vit_lightning import rundir, train
 
     monkeypatch.chdir(tmp_path)
     assert cli.main(["pos_encoding", "--trial-config", "2"]) == 0
@@ -374,9 +392,9 @@ def test_a_printed_trial_config_runs_under_srun_and_requeues_into_its_own_run_di
     (run_dir / "last.ckpt").write_bytes(b"end of an epoch")
     hpc.write_bytes(b"at the requeue signal")
     os.utime(run_dir / "last.ckpt", (1000, 1000))
-    assert train.resume_point(run_dir) == hpc
+    assert rundir.resume_point(run_dir) == hpc
     os.utime(hpc, (10, 10))
-    assert train.resume_point(run_dir) == run_dir / "last.ckpt"
+    assert rundir.resume_point(run_dir) == run_dir / "last.ckpt"
     # the config is the sweep's trial 2, with the multi-node settings given beside it
     trial = trials.build([config for _, config in cli.load_configs(["pos_encoding"], None)])[1]
     given = normalize(flatten(fit.config.as_dict()))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torchvision.transforms import v2
 
+from vit_lightning.compat.torchvision import apply_op, augmentation_space
+
 
 class BatchRandAugment:
     """torchvision's RandAugment (same ops, magnitudes, sign flips) with independent draws for every sample.
@@ -21,7 +23,7 @@ class BatchRandAugment:
     @property
     def space(self) -> list:
         """[(op name, (magnitudes_fn, signed))]; looked up, not stored: the lambdas cannot be pickled to workers."""
-        return list(self.ra._AUGMENTATION_SPACE.items())
+        return augmentation_space(self.ra)
 
     def draw(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-sample op ids (num_ops, B) and negate-magnitude flags (num_ops, B), from the global CPU RNG."""
@@ -48,8 +50,7 @@ class BatchRandAugment:
                 for mask, value in groups if signed else [(chosen, magnitude)]:
                     idx = mask.nonzero().flatten().to(x.device)  # chosen on the CPU: no device sync
                     if len(idx):
-                        x[idx] = self.ra._apply_image_or_video_transform(
-                            x[idx], name, value, interpolation=self.ra.interpolation, fill=self.ra._fill)
+                        x[idx] = apply_op(self.ra, x[idx], name, value)
         return x
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

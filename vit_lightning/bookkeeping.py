@@ -54,21 +54,3 @@ def describe(error: OSError) -> str:
     """An OSError in one line, naming the file: 'runs/x/results.json: No space left on device'."""
     name = f"{error.filename}: " if error.filename else ""
     return f"{name}{error.strerror or ' '.join(str(error).split()) or type(error).__name__}"
-
-
-def wandb_credentials() -> bool:
-    """W&B can log in without asking, as wandb itself resolves it.
-
-    WANDB_API_KEY (or an identity token), else a netrc entry for the server wandb talks to: WANDB_BASE_URL,
-    else the base_url that `wandb login --host URL` saved in wandb's settings file (self-hosted W&B).
-    """
-    from wandb.sdk import wandb_setup
-    from wandb.sdk.lib import wbauth
-
-    settings = wandb_setup.singleton().settings  # env, then wandb's settings files, as wandb.init reads them
-    if settings.api_key or settings.identity_token_file:
-        return True
-    try:
-        return wbauth.read_netrc_auth(host=settings.base_url) is not None
-    except Exception:  # a malformed entry: wandb says what is wrong with it when it logs in
-        return False

@@ -19,6 +19,9 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
+from typing_extensions import override
+
+from vit_lightning.compat.lightning import cluster_environment
 
 
 class DivergenceStop(pl.Callback):
@@ -32,6 +35,7 @@ class DivergenceStop(pl.Callback):
         self.diverged = False
         self._bad: torch.Tensor | None = None  # a non-finite loss since the last check, on the device
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         bad = ~torch.isfinite(loss.detach())
@@ -39,6 +43,7 @@ class DivergenceStop(pl.Callback):
         if trainer.global_step % max(1, trainer.log_every_n_steps) == 0 or trainer.is_last_batch:
             self._check(trainer)
 
+    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self._check(trainer)
 
@@ -83,6 +88,7 @@ class StopSignal(pl.Callback):
         self.requeue_signum: int | None = None  # SLURM's requeue signal, when Lightning would requeue
         self._requested = 0  # 1: SIGTERM noted, 2: the requeue signal noted
 
+    @override
     def on_train_start(self, trainer, pl_module) -> None:
         self.requeue_signum = requeue_signal(trainer)
         if threading.current_thread() is not threading.main_thread():
@@ -94,6 +100,7 @@ class StopSignal(pl.Callback):
     def _request(self, signum, frame) -> None:
         self._requested = max(self._requested, 2 if signum == self.requeue_signum else 1)
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         agreed = max(self._requested, 1 if trainer.received_sigterm else 0)
         if trainer.world_size > 1:
@@ -104,18 +111,20 @@ class StopSignal(pl.Callback):
             return
         self.signum = self.requeue_signum if agreed == 2 else signal.SIGTERM
         directory = Path(trainer.default_root_dir)
-        path = Path(trainer._checkpoint_connector.hpc_save_path(directory))
+        path = next_stop_checkpoint(directory)
         trainer.save_checkpoint(path)  # every rank, at this step; the save ends in a barrier
         if trainer.is_global_zero:
             drop_stop_checkpoints(directory, keep=path)
             print(f"stopped by {signal.Signals(self.signum).name} at step {trainer.global_step}; "
                   f"checkpoint {path}", flush=True)
-        trainer._signal_connector.received_sigterm = True  # on every rank at this step: they stop together
+        raise SIGTERMException  # on every rank at this step: they stop together, through Lightning's graceful stop
 
+    @override
     def on_fit_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
             drop_stop_checkpoints(Path(trainer.default_root_dir))
 
+    @override
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.signum = self.signum or stop_signal(exception)
 
@@ -137,10 +146,16 @@ class StopSignal(pl.Callback):
 
 def requeue_signal(trainer: pl.Trainer) -> int | None:
     """The signal SLURM sends before a time limit when Lightning is to requeue the job (SIGUSR1), else None."""
-    environment = trainer._accelerator_connector.cluster_environment
+    environment = cluster_environment(trainer)
     if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
         return environment.requeue_signal
     return None
+
+
+def next_stop_checkpoint(directory: Path) -> Path:
+    """hpc_ckpt_{N+1}.ckpt after the highest N in directory, the name Lightning gives its SLURM requeue checkpoint."""
+    numbers = [int(p.stem.rsplit("_", 1)[1]) for p in directory.glob("hpc_ckpt_*.ckpt") if p.stem.rsplit("_", 1)[1].isdigit()]
+    return directory / f"hpc_ckpt_{max(numbers, default=0) + 1}.ckpt"
 
 
 def drop_stop_checkpoints(directory: Path, keep: Path | None = None) -> None:
@@ -160,6 +175,7 @@ class ConfigToLoggers(pl.Callback):
     def __init__(self, config: dict[str, Any]):
         self.config = config
 
+    @override
     def on_fit_start(self, trainer, pl_module) -> None:
         for logger in trainer.loggers:  # loggers write on rank 0 only
             logger.log_hyperparams(self.config)
@@ -177,11 +193,13 @@ class EpochSeed(pl.Callback):
     def __init__(self, seed):
         self.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
+    @override
     def on_fit_start(self, trainer, pl_module) -> None:
         for loader in _loaders(trainer.train_dataloader):
             if loader.generator is None:
                 loader.generator = torch.Generator().manual_seed(self.seed or 0)
 
+    @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         if self.seed is None:
             return
@@ -202,12 +220,15 @@ def _loaders(tree) -> list[DataLoader]:
 class EpochPrinter(pl.Callback):
     """One plain line per epoch, for logs (used instead of a progress bar when stdout is not a terminal)."""
 
+    @override
     def on_train_start(self, trainer, pl_module) -> None:
         self._start = time.perf_counter()  # an epoch resumed mid-way has no on_train_epoch_start
 
+    @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._start = time.perf_counter()
 
+    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:
             return

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets
 from torchvision.transforms import v2
+from typing_extensions import override
 
 from vit_lightning.augment import BatchRandAugment
 
@@ -375,9 +376,11 @@ class ViTDataModule(pl.LightningDataModule):
         """The side of the square images the model sees."""
         return self._img_size
 
+    @override
     def prepare_data(self) -> None:
         self.source.prepare()
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
@@ -393,10 +396,12 @@ class ViTDataModule(pl.LightningDataModule):
         self.train_collate = BatchCollate(mean, std, self.img_size, **crop)
         self.val_collate = BatchCollate(mean, std, self.img_size)
 
+    @override
     def train_dataloader(self) -> DataLoader:
         # A plain shuffled loader: Lightning swaps in a DistributedSampler under DDP.
         return self._loader(self.train_set, self.train_collate, shuffle=True)
 
+    @override
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, self.val_collate, shuffle=False)
 
@@ -423,6 +428,7 @@ class ViTDataModule(pl.LightningDataModule):
             persistent_workers=workers > 0,
         )
 
+    @override
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         """Mix the training batch on its device; validation batches pass unchanged."""
         trainer = self.trainer

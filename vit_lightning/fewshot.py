@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from lightning.fabric.utilities.rank_zero import rank_zero_warn
 from torch import nn
 from torch.utils.data import DataLoader, Subset
+from typing_extensions import override
 
 from vit_lightning.record import RECORD, RunRecord, write_record
 from vit_lightning.trained import load_trained
@@ -231,10 +232,12 @@ class FewShotEval(pl.Callback):
         self.metrics: dict[str, float] = {}
         self._done_at: int | None = None  # global step of the last evaluation
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.every and (trainer.current_epoch + 1) % self.every == 0:
             self._evaluate(trainer, pl_module)
 
+    @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._done_at != trainer.global_step:  # before teardown moves the model off its device
             self._evaluate(trainer, pl_module)

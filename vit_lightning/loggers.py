@@ -23,9 +23,11 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from typing_extensions import override
 
 from vit_lightning.ablation import METRIC as SWEEP_METRIC  # every ablation's sweep metric
-from vit_lightning.bookkeeping import FINAL, one_line, wandb_credentials
+from vit_lightning.bookkeeping import FINAL, one_line
+from vit_lightning.compat.wandb import credentials as wandb_credentials
 from vit_lightning.record import RunRecord, read_record
 
 MODES = ("auto", "online", "offline", "off")
@@ -84,6 +86,26 @@ def logger(directory: Path, config: dict, previous: dict | None = None) -> Wandb
                        group=config["run.ablation"], tags=[config["run.ablation"], config["run.profile"]], **extra)
 
 
+def report_finished(directory: Path, config: dict, record: dict) -> None:
+    """Under a W&B agent, a trial whose run dir had already finished gives the agent's run that record (summary
+    and the sweep metric), so the sweep sees the result instead of a run that never started; else nothing."""
+    chosen = mode(config["run.wandb"])
+    if not (under_agent() and chosen):
+        return
+    import wandb
+
+    project = config["run.wandb_project"] or os.environ.get("WANDB_PROJECT", "vit-lightning")
+    run = guarded(wandb.init, name=directory.name, dir=str(directory), project=project, mode=chosen,
+                  group=config["run.ablation"], tags=[config["run.ablation"], config["run.profile"]])
+    if run is None:
+        return
+    best = (record.get("metrics") or {}).get(SWEEP_METRIC)
+    if best is not None:
+        guarded(run.log, {SWEEP_METRIC: best})
+    guarded(run.summary.update, {**summary(record), "skipped": "run dir already finished"})
+    finish(0)
+
+
 class _Service:
     gone = False  # wandb's service process stopped answering (SLURM signals every process of a job)
 
@@ -108,10 +130,20 @@ def guarded(call, *args, **kwargs):
 
 
 class GuardedWandbLogger(WandbLogger):
-    """Lightning's WandbLogger whose history writes outlive wandb's service process (see `guarded`)."""
+    """Lightning's WandbLogger whose history writes outlive wandb's service process (see `guarded`).
 
+    Under a W&B agent the sweep's own keys are already in the run's config, locked by the sweep: they
+    are not logged again (wandb would warn once per key that the update is ignored).
+    """
+
+    @override
     def log_metrics(self, metrics, step=None) -> None:
         guarded(super().log_metrics, metrics, step)
+
+    @override
+    def log_hyperparams(self, params) -> None:
+        swept = sweep_params() or {}
+        guarded(super().log_hyperparams, {k: v for k, v in dict(params).items() if k not in swept})
 
 
 def finish(exit_code: int) -> None:
@@ -149,19 +181,24 @@ class WandbSummary(pl.Callback):
     def __init__(self, record: RunRecord):
         self.record = record
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._mirror(trainer)
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         best = (self.record.record.get("metrics") or {}).get(SWEEP_METRIC)
         for wandb_logger in _wandb_loggers(trainer):
-            if best is not None:  # the sweep metric in the history, for W&B's sweep charts
-                wandb_logger.log_metrics({SWEEP_METRIC: best}, step=trainer.global_step)
+            if best is not None:  # the sweep metric in the history, for W&B's sweep charts; with its epoch, as
+                # Lightning's own rows carry it, so `table --wandb` files the row under that epoch
+                wandb_logger.log_metrics({SWEEP_METRIC: best, "epoch": trainer.current_epoch}, step=trainer.global_step)
         self._mirror(trainer)
 
+    @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._mirror(trainer)
 
+    @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         for wandb_logger in _wandb_loggers(trainer):
             if isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
@@ -189,27 +226,33 @@ class RunCSVLogger(Logger):
         self.directory = Path(directory)
         self.rows: list[dict[str, Any]] = []
 
+    @override
     @property
     def name(self) -> str:
         return ""
 
+    @override
     @property
     def version(self) -> str:
         return ""
 
+    @override
     @property
     def save_dir(self) -> str:
         return str(self.directory)  # the trainer's log_dir: config.yaml lands here too
 
+    @override
     @rank_zero_only
     def log_hyperparams(self, params, *args, **kwargs) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         save_hparams_to_yaml(self.directory / "hparams.yaml", dict(params))
 
+    @override
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         self.rows.append({**metrics, "step": step})
 
+    @override
     @rank_zero_only
     def save(self) -> None:
         """Append the new rows; when they bring new columns, rewrite the file under the sorted union of columns."""

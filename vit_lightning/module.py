@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
+from typing_extensions import override
 
 from vit_lightning.model import ViT, build_backbone
 from vit_lightning.model.config import check_choice
@@ -74,16 +75,20 @@ class ViTClassifier(pl.LightningModule):
         self.val_acc5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro")
         self._loss_sums: dict[str, torch.Tensor] = {}  # stage -> (sum of loss x batch size, samples) this epoch
         self._started_from = False  # the init_from weights are loaded once, by the first configure_model
+        self._compiled = False
 
+    @override
     def configure_model(self) -> None:
         """Start from init_from unless resuming (before the checkpoint restores), then compile once (before DDP)."""
         hp = self.hparams
         if hp.init_from and not self._started_from and self.trainer.ckpt_path is None:
             start_from(self.model, read_source(hp.init_from), hp.pos_resample, hp.new_head)
         self._started_from = True
-        if self.hparams.compile and getattr(self.model, "_compiled_call_impl", None) is None:
+        if self.hparams.compile and not self._compiled:  # configure_model runs again on every fit/validate/test
             self.model.compile()
+            self._compiled = True
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)  # (B, C, H, W) -> (B, num_classes)
 
@@ -94,6 +99,7 @@ class ViTClassifier(pl.LightningModule):
     # Per-step self.log calls and torchmetrics' forward (which also computes each batch's value) cost
     # a tenth of a CPU demo trial; so the epoch's sums are kept here and logged once per epoch, and
     # the per-step values only on the steps Lightning writes out (every trainer.log_every_n_steps).
+    @override
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         images, targets = batch
         logits = self(images)
@@ -108,6 +114,7 @@ class ViTClassifier(pl.LightningModule):
             self._log_epoch("train", {"acc": self.train_acc})
         return loss
 
+    @override
     def validation_step(self, batch, batch_idx: int) -> None:
         images, targets = batch
         logits = self(images)
@@ -115,15 +122,18 @@ class ViTClassifier(pl.LightningModule):
         self.val_acc5.update(logits, targets)
         self._add_loss("val", self.loss(logits, targets), images.shape[0])
 
+    @override
     def on_train_epoch_start(self) -> None:
         self._loss_sums.pop("train", None)
         self.train_acc.reset()
 
+    @override
     def on_validation_epoch_start(self) -> None:
         self._loss_sums.pop("val", None)
         self.val_acc.reset()
         self.val_acc5.reset()
 
+    @override
     def on_validation_epoch_end(self) -> None:
         self._log_epoch("val", {"acc": self.val_acc, "acc5": self.val_acc5})
 
@@ -145,6 +155,7 @@ class ViTClassifier(pl.LightningModule):
             self.log(f"{stage}/{name}", value, on_step=False, on_epoch=True, sync_dist=True, batch_size=1,
                      prog_bar=(stage, name) == ("val", "acc"))
 
+    @override
     def configure_optimizers(self):
         hp = self.hparams
         groups = decay_groups(self.model, hp.weight_decay)

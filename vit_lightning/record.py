@@ -13,6 +13,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import WandbLogger
+from typing_extensions import override
 
 from vit_lightning.bookkeeping import BEST_METRIC, RECORD, now, one_line, write_atomic
 from vit_lightning.callbacks import DivergenceStop, stop_signal
@@ -105,9 +106,11 @@ class RunRecord(pl.Callback):
         self._validated = False
 
     # --- state carried in the checkpoint -------------------------------------------------------------
+    @override
     def state_dict(self) -> dict:
         return {"history": self.history, "seconds": self._totals(), "train_images": self.train_images}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         self.history = list(state["history"])
         self.seconds = dict(state["seconds"])
@@ -118,33 +121,41 @@ class RunRecord(pl.Callback):
         self.extra_metrics.update(values)
 
     # --- hooks ----------------------------------------------------------------------------------------
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._start = time.perf_counter()
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
             self.record = self._new_record(trainer)
             self._write()
 
+    @override
     def on_train_start(self, trainer, pl_module) -> None:
         self._tick = time.perf_counter()  # an epoch resumed mid-way has no on_train_epoch_start
 
+    @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._tick = time.perf_counter()
         self._validated = False
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         now_ = time.perf_counter()
         self.seconds["train"] += now_ - self._tick
         self._tick = now_
         self.train_images += batch[0].shape[0] * trainer.world_size
 
+    @override
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         self._validated = not trainer.sanity_checking
 
+    @override
     def on_validation_end(self, trainer, pl_module) -> None:
         self._tick = time.perf_counter()  # validation time is not training time
 
+    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if not self._validated:
             return
@@ -154,10 +165,12 @@ class RunRecord(pl.Callback):
             self._update(trainer)
             self._write()
 
+    @override
     def on_fit_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
             self._finish(trainer, "diverged" if self.divergence.diverged else "completed")
 
+    @override
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if not trainer.is_global_zero:
             return

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import warnings
 from argparse import ArgumentError
-from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -20,17 +19,19 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningCLI
+from typing_extensions import override
 
-from vit_lightning import fewshot, loggers, runlock, transfer
-from vit_lightning.bookkeeping import FINAL, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, describe
+from vit_lightning import fewshot, loggers, rundir, transfer
+from vit_lightning.bookkeeping import LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, describe
 from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
+from vit_lightning.compat.lightning import set_collective_timeout
 from vit_lightning.data import ViTDataModule
 from vit_lightning.defaults import DEMO, demo_patch
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, run_name, world_size
 from vit_lightning.model.config import ARCH_DEFAULTS
 from vit_lightning.module import ViTClassifier
-from vit_lightning.record import RunRecord, model_facts, read_record
-from vit_lightning.recovery import drop_corrupt_checkpoint, drop_corrupt_record, use_atomic_checkpoints
+from vit_lightning.record import RunRecord, model_facts
+from vit_lightning.rundir import RunDir, resume_point, use_atomic_checkpoints
 from vit_lightning.slurm_tasks import task_error
 
 # Every fit's trainer defaults; with no options `fit` trains the demo (defaults.DEMO). GPU users add
@@ -46,7 +47,8 @@ DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPER
 class FitCLI(LightningCLI):
     """LightningCLI over ViTClassifier + ViTDataModule with a `--run.*` group; builds the trainer into the run dir."""
 
-    def __init__(self, argv: list[str]):
+    def __init__(self, argv: list[str], instantiate: bool = True):
+        self.instantiate = instantiate  # False: parse and check the options only (fit_parser, check_trial)
         super().__init__(
             ViTClassifier, ViTDataModule, args=argv, run=False, seed_everything_default=0,
             trainer_defaults=TRAINER_DEFAULTS, save_config_kwargs={"overwrite": True},
@@ -54,6 +56,7 @@ class FitCLI(LightningCLI):
             auto_configure_optimizers=False, load_from_checkpoint_support=False,
         )
 
+    @override
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--run.root", type=str, default=RUN_DEFAULTS["run.root"],
                             help="Directory that holds all run records.")
@@ -80,6 +83,7 @@ class FitCLI(LightningCLI):
         for key in LINKED:
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
 
+    @override
     def parse_arguments(self, parser, args) -> None:
         self.config = parser.parse_args(args)  # no sys.argv cross-check: argv comes from the dispatcher
         # --model.init_from: the architecture comes from the source (a conflicting option is an error here)
@@ -88,6 +92,12 @@ class FitCLI(LightningCLI):
         if model.get("patch_size") is None:  # the demo's patch for this architecture (checked when the model is built)
             model.patch_size = demo_patch(model.get("arch"))
 
+    @override
+    def instantiate_classes(self) -> None:
+        if self.instantiate:
+            super().instantiate_classes()
+
+    @override
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """Trainer whose logs, checkpoint and record all live in the run dir (nothing is written until fit)."""
         # normalised once (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2): the name, record and loggers agree
@@ -134,59 +144,45 @@ class FitCLI(LightningCLI):
             default_root_dir=str(directory),
             enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
         )
-        if hasattr(trainer.strategy, "_timeout"):  # DDP (also chosen by "auto"), FSDP: read when the group starts
-            trainer.strategy._timeout = timedelta(seconds=config["run.ddp_timeout_s"])
+        set_collective_timeout(trainer.strategy, config["run.ddp_timeout_s"])  # DDP (also chosen by "auto"), FSDP
         use_atomic_checkpoints(trainer.strategy)
         return trainer
 
     def fit_run(self) -> int:
         """Train the run dir as its only writer (rank 0 holds its lock for the whole fit); the exit code."""
-        self.lock = None
-        if rank_zero_only.rank == 0:
-            try:
-                self.lock = runlock.acquire(self.run_dir)
-            except runlock.Busy as busy:
-                return _error(f"{busy}; not started: a run dir has one writer at a time", runlock.BUSY)
-            except OSError as error:
-                return _error(f"cannot write the run dir: {describe(error)}", 1)
         try:
-            code = self._fit_locked()
-        finally:
-            if self.lock is not None:
-                runlock.release(self.lock)
+            run = RunDir.open(self.run_dir, self.config["run.retrain"], owner=rank_zero_only.rank == 0)
+        except rundir.Busy as busy:
+            return _error(f"{busy}; not started: a run dir has one writer at a time", rundir.BUSY)
+        except OSError as error:
+            return _error(f"cannot write the run dir: {describe(error)}", 1)
+        with run:
+            code = self._fit_in(run)
         self.stop.requeue()  # after SLURM's requeue signal, once the run is written and its lock free
         return code
 
-    def _fit_locked(self) -> int:
+    def _fit_in(self, run: RunDir) -> int:
         """Skip a finished run, resume an unfinished one from its newest checkpoint, or start it."""
-        directory, retrain = self.run_dir, self.config["run.retrain"]
-        bad_record = drop_corrupt_record(directory)
-        previous = read_record(directory)
-        self.run_record.previous = previous or {}
-        if previous and previous.get("status") in FINAL and not retrain:
-            _say(f"vit-ablate fit: skipped, run already {previous['status']}; record: {directory / RECORD}")
+        if run.finished and not self.config["run.retrain"]:
+            _say(f"vit-ablate fit: skipped, run already {run.previous['status']}; record: {run.path / RECORD}")
+            if rank_zero_only.rank == 0:  # under a W&B agent its run gets the finished record
+                loggers.report_finished(run.path, self.flat, run.previous)
             return 0
-        dropped = [note for note in (bad_record, *map(drop_corrupt_checkpoint, checkpoints(directory))) if note]
-        newest = resume_point(directory)
-        ckpt_path = str(newest) if newest and not retrain else None
-        if dropped:
-            then = f"; resumed from {newest.name}" if ckpt_path else "; trained from scratch"
-            self.run_record.recovery = "; ".join(dropped) + then
-            _warn(f"vit-ablate fit: {self.run_record.recovery}")
-        if ckpt_path is None and rank_zero_only.rank == 0:
-            for stale in (LAST_CKPT, "metrics.csv", *(p.name for p in directory.glob("hpc_ckpt_*.ckpt"))):
-                (directory / stale).unlink(missing_ok=True)  # a fresh start must not append to an old attempt
+        self.run_record.previous, self.run_record.recovery = run.previous, run.recovery
+        if run.recovery:
+            _warn(f"vit-ablate fit: {run.recovery}")
         # W&B attached only now: whether it resumes a run depends on the record read under the lock
-        if wandb_logger := loggers.logger(directory, self.flat, previous or {}):
+        if wandb_logger := loggers.logger(run.path, self.flat, run.previous):
             self.trainer.loggers = [*self.trainer.loggers, wandb_logger]
-        _say(f"vit-ablate fit: {'resuming from ' + ckpt_path if ckpt_path else 'run dir ' + str(directory)}")
+        ckpt_path = str(run.resume) if run.resume else None
+        _say(f"vit-ablate fit: {'resuming from ' + ckpt_path if ckpt_path else 'run dir ' + str(run.path)}")
         try:
             self.trainer.fit(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path)
         except BaseException as error:
             if signum := self.stop.signum or stop_signal(error):
                 return self.interrupted(signum)
             if isinstance(error, OSError) and error.errno in DISK_ERRORS:
-                where = "" if error.filename else f" (in {directory})"
+                where = "" if error.filename else f" (in {run.path})"
                 return _error(f"{describe(error)}{where}; fix that and run the same command again to resume", 1)
             raise
         finally:
@@ -206,15 +202,9 @@ class FitCLI(LightningCLI):
         return self.trainer.world_size > 1 and environment is not None and not environment.creates_processes_externally
 
 
-def checkpoints(directory: Path) -> list[Path]:
-    """A run dir's checkpoints: last.ckpt (written at each epoch's end) and the hpc_ckpt_N.ckpt Lightning
-    saves there when SLURM signals a requeue (`sbatch --signal=SIGUSR1@90`)."""
-    return [p for p in (directory / LAST_CKPT, *directory.glob("hpc_ckpt_*.ckpt")) if p.is_file()]
-
-
-def resume_point(directory: Path) -> Path | None:
-    """An interrupted run's newest checkpoint in its run dir."""
-    return max(checkpoints(directory), key=lambda p: p.stat().st_mtime_ns, default=None)
+def fit_parser():
+    """The `vit-ablate fit` parser (every option, its type and default), built without instantiating anything."""
+    return FitCLI([], instantiate=False).parser
 
 
 def _reruns_this_fit(argv: list[str]) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
+from typing_extensions import override
 
 from vit_lightning.bookkeeping import BEST_METRIC, one_line
 from vit_lightning.model.config import VARIANTS, ViTConfig
@@ -204,12 +205,15 @@ class StartAccuracy(pl.Callback):
     def __init__(self, source: Source):
         self.metrics = {"transfer/source_acc": (source.account.get("metrics") or {}).get(BEST_METRIC)}
 
+    @override
     def state_dict(self) -> dict:
         return dict(self.metrics)  # a resumed run keeps the numbers measured before it first trained
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         self.metrics = dict(state)
 
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.global_step == 0 and trainer.is_global_zero:
             from vit_lightning.evaluate import accuracy

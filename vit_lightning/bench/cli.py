@@ -26,6 +26,7 @@ from vit_lightning.bench.timing import (
     sync,
     train_step,
 )
+from vit_lightning.compat.torch import allow_recompiles
 from vit_lightning.model import SWIN_VARIANTS, VARIANTS, ViT
 
 SCHEMA = 1
@@ -70,7 +71,7 @@ def measure_models(args, device: torch.device, modes: list[tuple[str, bool]], af
     y = torch.randint(0, 1000, (args.batch_size,), device=device)
     if any(compiled for _, compiled in modes):
         # Every compiled model is another entry in the same code objects' caches (ViT.forward, Block.forward).
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(subs) * len(modes))
+        allow_recompiles(4 * len(subs) * len(modes))
     rows, cands = [], []
     for sub in subs:
         flops = train_flops_per_image(sub.model, 3, args.img_size, device)

@@ -66,12 +66,11 @@ def instrument() -> None:
     """Time the parts of a fit that are not the training step itself."""
     import lightning.pytorch as pl
     import torchmetrics
-    from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
-    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
     from lightning.pytorch.plugins.precision.precision import Precision
     from torchmetrics.classification.stat_scores import MulticlassStatScores
 
     from vit_lightning import data, module, record, train
+    from vit_lightning.compat.lightning import loop_classes
     from vit_lightning.model import vit
 
     timed(train.FitCLI, "__init__", "start-up: parse options, build data module, model, trainer")
@@ -80,8 +79,9 @@ def instrument() -> None:
     timed(record, "gflops_per_image", "start-up: count GFLOPs")
     timed(pl.Trainer, "_run_sanity_check", "start-up: sanity validation")
     timed(pl.Trainer, "fit", "fit (everything after the trainer exists)")
-    timed(_TrainingEpochLoop, "run", "epochs (train + validation)")
-    timed(_EvaluationLoop, "run", "validation loops (incl. sanity)")
+    training_epoch_loop, evaluation_loop = loop_classes()
+    timed(training_epoch_loop, "run", "epochs (train + validation)")
+    timed(evaluation_loop, "run", "validation loops (incl. sanity)")
     timed(pl.Trainer, "save_checkpoint", "checkpointing")
     timed(record, "write_record", "record writes")
     timed(train.EpochPrinter, "on_train_epoch_end", "progress printing")

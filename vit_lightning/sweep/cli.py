@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -25,6 +26,8 @@ examples:
 backend auto: wandb when W&B credentials exist (WANDB_API_KEY, or `wandb login [--host URL]`), else local.
 GPU profiles set trainer.devices=auto: a trial uses every GPU of its group (--parallel / --gpus-per-agent).
 """
+
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # exponent without a dot: YAML 1.1 leaves it a string
 
 
 def parser() -> argparse.ArgumentParser:
@@ -112,14 +115,23 @@ def load_configs(targets: list[str], profile: str | None, directory: Path | None
 
 
 def parse_override(text: str) -> tuple[str, object]:
-    """KEY=VALUE with VALUE read as YAML (1 -> int, true -> bool, [1, 2] -> list, /data -> str)."""
+    """KEY=VALUE with VALUE read as YAML (1 -> int, true -> bool, [1, 2] -> list, /data -> str, 1e-3 -> float).
+
+    null is refused: W&B's agent passes a trial's values as `--key=str(value)`, so it would arrive as "None".
+    """
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise SweepError(f"--set expects KEY=VALUE, got {text!r}")
     try:
-        return key.strip(), yaml.safe_load(value) if value.strip() else value
+        parsed = yaml.safe_load(value) if value.strip() else value
     except yaml.YAMLError:
-        return key.strip(), value
+        parsed = value
+    if isinstance(parsed, str) and NUMBER.fullmatch(parsed.strip()):
+        parsed = float(parsed)  # YAML 1.1 reads 1e-3 (no dot) as a string
+    if parsed is None:
+        raise SweepError(f"--set {text}: a sweep cannot pass null (W&B's agent would hand fit the string None); "
+                         f"leave {key.strip()} out to use fit's default")
+    return key.strip(), parsed
 
 
 def prepare(args) -> list[dict]:

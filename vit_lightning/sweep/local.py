@@ -7,7 +7,7 @@ are skipped, interrupted ones (a signal, the sweep stopped) re-run and fit resum
 last.ckpt, failed ones re-run only with retry_failed.
 
 Several sweeps may share a run root (two people, a re-queued job and a leftover one): right
-before a trial starts, the sweep takes its run directory's lock (runlock.py), re-reads its
+before a trial starts, the sweep takes its run directory's lock (rundir.py), re-reads its
 record and state, and skips it when it is done or another process holds it; the trial's process
 inherits the lock. State updates are read-modify-writes under a lock file, so no sweep loses
 another's entries. Processes and signals are the supervisor's (supervise.py), as for the W&B
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vit_lightning import runlock
+from vit_lightning import rundir
 from vit_lightning.bookkeeping import FINAL, describe, now, one_line, write_atomic
 from vit_lightning.sweep import forkserver
 from vit_lightning.sweep.supervise import Supervisor
@@ -184,8 +184,8 @@ class Runner:
         """Take the trial's run dir, check it is still to run, run it there, record the outcome."""
         k, n = self.index[trial.id], len(self.trials)
         try:
-            lock = runlock.acquire(trial.run_dir)
-        except runlock.Busy as busy:
+            lock = rundir.acquire(trial.run_dir)
+        except rundir.Busy as busy:
             self.log(f"[sweep] trial {k}/{n} skipped: {busy}")
             self._count("busy")
             return
@@ -195,9 +195,9 @@ class Runner:
                 self.log(f"[sweep] trial {k}/{n} skipped: {now_status} in the meantime")
                 self._count("done" if now_status == "done" else "failed")
                 return
-            self._launch(trial, {**env, runlock.ENV_FD: str(lock)}, lock, worker)
+            self._launch(trial, {**env, rundir.ENV_FD: str(lock)}, lock, worker)
         finally:
-            runlock.release(lock)
+            rundir.release(lock)
 
     def _launch(self, trial: Trial, env: dict[str, str], lock: int, worker=None) -> None:
         k, n = self.index[trial.id], len(self.trials)

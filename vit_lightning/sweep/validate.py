@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import re
 from typing import Any
 
 import yaml
@@ -166,21 +165,10 @@ def check(config: Any, known: set[str] | None) -> None:
 
 @functools.lru_cache(maxsize=1)
 def fit_parser():
-    """The real `vit-ablate fit` parser, built without parsing or instantiating anything."""
-    from vit_lightning.train import FitCLI
+    """The real `vit-ablate fit` parser (train.fit_parser), built once per sweep command."""
+    from vit_lightning.train import fit_parser as build
 
-    class _Built(Exception):
-        pass
-
-    class _ParserOnly(FitCLI):
-        def parse_arguments(self, parser, args):
-            raise _Built(parser)
-
-    try:
-        _ParserOnly([])
-    except _Built as built:
-        return built.args[0]
-    raise RuntimeError("FitCLI did not reach parse_arguments")
+    return build()
 
 
 def known_keys() -> set[str]:
@@ -200,18 +188,23 @@ def check_trial(args: list[str]) -> None:
 
 
 def parse_trial(args: list[str]):
-    """One trial's `${args}` parsed by the fit parser (types, Literal choices), instantiating nothing."""
+    """One trial's `${args}` parsed by the fit parser (types, Literal choices), instantiating nothing.
+
+    A rejected value is named by the option that fails alone (`--key=value` as the sweep wrote it), with
+    jsonargparse's own explanation on the same line.
+    """
+    parser = fit_parser()
     try:
-        return fit_parser().parse_args(list(args))
-    except Exception as err:  # jsonargparse raises ArgumentError; keep its gist on one line
-        text = str(err)
-        key, given = re.search(r'Parser key "([^"]+)"', text), re.search(r"Given value: (.*)", text)
-        if key and given:
-            subtypes = re.search(r"Subtypes: \[(.*)\]", text)
-            names = re.sub(r"<class '(\w+)'>", r"\1", subtypes.group(1)) if subtypes else ""
-            want = f"; expected {names.replace('NoneType', 'None')}" if names else ""
-            raise SweepError(f"{key.group(1)}={given.group(1).strip()} is not valid{want}") from None
-        raise SweepError(" ".join(text.split())[:300]) from None
+        return parser.parse_args(list(args))
+    except Exception as err:  # jsonargparse's ArgumentError carries no field naming the option
+        whole = err
+    for arg in args:
+        try:
+            parser.parse_args([arg])
+        except Exception as err:
+            option = arg[2:] if arg.startswith("--") else arg
+            raise SweepError(f"{option} is not valid: {' '.join(str(err).split())}"[:300]) from None
+    raise SweepError(" ".join(str(whole).split())[:300]) from None
 
 
 def data_shape(data: dict) -> dict[str, Any]:

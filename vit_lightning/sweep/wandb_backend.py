@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vit_lightning.bookkeeping import wandb_credentials
+from vit_lightning.compat.wandb import credentials as wandb_credentials
 from vit_lightning.identity import normalize
 from vit_lightning.sweep.supervise import Supervisor, slot_envs
 from vit_lightning.sweep.validate import SweepError
@@ -42,7 +42,7 @@ class Agent:
 
 
 def has_credentials() -> bool:
-    """True when W&B is on and can log in without asking (see bookkeeping.wandb_credentials)."""
+    """True when W&B is on and can log in without asking (see compat/wandb.py)."""
     if os.environ.get("WANDB_MODE") in ("disabled", "offline", "dryrun"):
         return False
     return wandb_credentials()

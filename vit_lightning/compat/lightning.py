@@ -1,0 +1,34 @@
+"""Lightning's private trainer and strategy attributes the run relies on (lightning < 2.7, pyproject.toml)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import lightning.pytorch as pl
+
+
+def cluster_environment(trainer: pl.Trainer):
+    """The cluster environment Lightning chose (SLURM, torchelastic, ...), also for a single-device strategy.
+
+    Private: only parallel strategies expose theirs (`trainer.strategy.cluster_environment`); the
+    accelerator connector holds it for every strategy, with the user's `plugins=` applied.
+    """
+    return trainer._accelerator_connector.cluster_environment
+
+
+def set_collective_timeout(strategy, seconds: float) -> None:
+    """How long a DDP/FSDP collective waits for a silent rank; read when the process group starts.
+
+    Private: `DDPStrategy(timeout=...)` is public, but `Trainer(strategy="auto" | "ddp", devices=N)` builds the
+    strategy itself from a string, and the timeout of one it built has no public setter.
+    """
+    if hasattr(strategy, "_timeout"):
+        strategy._timeout = timedelta(seconds=seconds)
+
+
+def loop_classes() -> tuple[type, type]:
+    """(training epoch loop, evaluation loop) classes, which bench/trial_split.py times; private in Lightning."""
+    from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+
+    return _TrainingEpochLoop, _EvaluationLoop
