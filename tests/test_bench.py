@@ -166,3 +166,17 @@ def test_swin_candidate_is_paired_with_timms_swin():
             for n, t in [("ours learned_1d/cls", 1.0), ("ours swin-micro", 2.0), ("timm swin-micro", 4.0), ("timm", 2.0)]]
     add_ratios(rows)
     assert [r["vs_timm"] for r in rows] == [2.0, 2.0, None, None]  # swin over timm's swin, the ViT over timm's ViT
+
+
+def test_init_comparison_trains_every_pairing_and_tells_a_real_deficit_from_noise():
+    from vit_lightning.bench import init_vs_timm
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        init_vs_timm.main(["--epochs", "1", "--seeds", "0", "--batches", "2"])
+    lines = out.getvalue().splitlines()[1:]
+    assert [line.split(":")[0] for line in lines] == [f"{p}/{e}" for p, e in init_vs_timm.PAIRINGS]
+    assert all("paper" in line and "timm ViT" in line for line in lines)
+    assert init_vs_timm.verdict([0.80, 0.81, 0.79], [0.90, 0.91, 0.89]).startswith("ours below")
+    assert init_vs_timm.verdict([0.90, 0.88, 0.91], [0.90, 0.91, 0.89]).startswith("not below")
+    assert init_vs_timm.verdict([0.95, 0.96, 0.94], [0.90, 0.91, 0.89]).startswith("not below")
