@@ -33,8 +33,15 @@ def wait_for(condition, timeout: float = 120.0) -> None:
 
 @pytest.fixture
 def worker():
+    """A trial worker; at teardown every trial it started that still runs is killed (a failed test leaves none)."""
     w = forkserver.Worker(dict(os.environ))
+    started, start = [], w.start
+    w.start = lambda *a, **k: started.append(start(*a, **k)) or started[-1]
     yield w
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     w.close()
 
 
