@@ -21,6 +21,7 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 
 import pytest  # noqa: E402
+from tiny import TINY_MODEL  # noqa: E402  (tests/tiny.py: the smallest ViT that trains)
 
 
 @contextlib.contextmanager
@@ -60,11 +61,6 @@ def small_disk(tmp_path):
         if mounted:
             (path / "filler").write_bytes(bytes(120 * 1024))
         yield path, mounted
-
-
-# The smallest ViT that trains: every fit test starts from these settings and names its own budget.
-TINY_MODEL = ["--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
-              "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu"]
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from tiny import TINY_MODEL
 
 from vit_lightning import train
 from vit_lightning.bench.machine import compile_unavailable
@@ -12,11 +13,8 @@ from vit_lightning.model import ENCODINGS, ViT
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
 
-TINY = [
-    "--model.width=32", "--model.depth=2", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
-    "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
-    "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu",
-]
+TINY = [*TINY_MODEL, "--model.depth=2", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
+        "--trainer.limit_val_batches=1"]
 VARIANTS = {
     **{f"pos-{p}": {"pos_encoding": p} for p in ENCODINGS},
     "every_layer": {"pos_encoding": "learned_2d", "pos_injection": "every_layer"},

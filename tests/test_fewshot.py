@@ -10,6 +10,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from tiny import TINY_MODEL
 
 from vit_lightning import ablation as ablations
 from vit_lightning import cli, fewshot, train
@@ -20,11 +21,7 @@ from vit_lightning.results import cli as table_cli
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
 
-TINY = [
-    "--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
-    "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2",
-    "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu",
-]
+TINY = [*TINY_MODEL, "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2"]
 NAMES = [name for k in fewshot.SHOTS for name in fewshot.metric_names(k)]
 
 

@@ -4,17 +4,14 @@ import json
 
 import pytest
 import yaml
+from tiny import TINY_MODEL
 
 from vit_lightning import train
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
 
 # A one-block model, one train and one val batch: each fit takes about a second on CPU.
-TINY = [
-    "--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
-    "--trainer.max_epochs=1", "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1",
-    "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu",
-]
+TINY = [*TINY_MODEL, "--trainer.max_epochs=1", "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1"]
 
 OPTIONS = {
     **{f"pos-{p}": [f"--model.pos_encoding={p}"]

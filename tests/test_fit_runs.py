@@ -10,17 +10,14 @@ from datetime import datetime, timezone
 
 import pytest
 import torch
+from tiny import TINY_MODEL
 
 from vit_lightning import loggers, train
 from vit_lightning.module import ViTClassifier
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
 
-TINY = [
-    "--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
-    "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0",
-    "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu",
-]
+TINY = [*TINY_MODEL, "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2"]
 # Dropout, random crops and shuffling all draw random numbers: a resumed run must draw the same ones.
 TWO_EPOCHS = [*TINY, "--trainer.max_epochs=2", "--model.dropout=0.1", "--model.warmup_epochs=0.5"]
 

@@ -4,15 +4,12 @@ import csv
 import math
 
 import pytest
+from tiny import TINY_MODEL
 
 from vit_lightning import train
 from vit_lightning.module import ViTClassifier, decay_groups
 
-TINY = [
-    "--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
-    "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false",
-    "--trainer.accelerator=cpu",
-]
+TINY = [*TINY_MODEL, "--trainer.limit_val_batches=1"]
 
 
 def expected_lr(schedule: str, peak: float, warmup: int, total: int, step: int) -> float:

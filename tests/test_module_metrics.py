@@ -5,6 +5,7 @@ import json
 
 import torch
 import torch.nn.functional as F
+from tiny import TINY_MODEL
 
 from vit_lightning import train
 from vit_lightning.data import ViTDataModule
@@ -14,11 +15,8 @@ from vit_lightning.module import ViTClassifier
 # lr ~ 0: the weights barely move in the epoch, so the epoch's training loss is the loss of the final
 # weights over the whole training split, whatever the order of the batches. The head starts random
 # (not zero), so the logits differ between classes.
-ARGV = [
-    "--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=100",
-    "--model.lr=1e-12", "--trainer.max_epochs=1", "--trainer.num_sanity_val_steps=2", "--trainer.log_every_n_steps=7",
-    "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu",
-]
+ARGV = [*TINY_MODEL, "--data.batch_size=100", "--model.lr=1e-12", "--trainer.max_epochs=1",
+        "--trainer.num_sanity_val_steps=2", "--trainer.log_every_n_steps=7"]
 
 
 def evaluate(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> tuple[float, float, float]:

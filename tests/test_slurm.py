@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 from slurm_cluster import Cluster, unavailable
+from tiny import TINY_MODEL
 
 pytestmark = pytest.mark.slurm
 
 VIT = str(Path(sys.executable).with_name("vit-ablate"))
-TINY = ["--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=8",
-        "--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false",
-        "--trainer.accelerator=cpu", "--run.fewshot_shots=[]", "--trainer.log_every_n_steps=1"]
+TINY = [*TINY_MODEL, "--data.batch_size=8", "--trainer.limit_val_batches=2", "--run.fewshot_shots=[]",
+        "--trainer.log_every_n_steps=1"]
 
 
 @pytest.fixture(scope="module")
@@ -136,10 +136,14 @@ def test_scancel_stops_both_ranks_with_a_checkpoint_and_the_same_sbatch_resumes(
     assert "Traceback" not in (tmp_path / "job.log").read_text()
 
 
-def test_a_two_task_job_array_of_a_local_sweep_trains_every_trial_once_and_both_tasks_succeed(cluster, tmp_path):
-    """The cluster path without W&B: `vit-ablate sweep FILE --backend local` as a 2-task job array on one run
-    root; the tasks split the trials through the run dirs' locks, and an `afterok` job after the array runs."""
+def test_a_two_task_job_array_of_a_local_sweep_trains_every_trial_once_and_both_tasks_succeed(
+        cluster, tmp_path, monkeypatch, capsys):
+    """The cluster path without W&B: the job script `vit-ablate sweep FILE --backend local --print-sbatch` prints,
+    submitted as a 2-task job array on one run root; the tasks split the trials through the run dirs' locks,
+    and an `afterok` job after the array runs."""
     import yaml
+
+    from vit_lightning.sweep import cli
 
     root = tmp_path / "runs"
     fixed = {"model.width": 32, "model.depth": 1, "model.heads": 2, "model.mlp_dim": 64, "data.batch_size": 8,
@@ -151,10 +155,14 @@ def test_a_two_task_job_array_of_a_local_sweep_trains_every_trial_once_and_both_
              "parameters": {**{k: {"value": v} for k, v in fixed.items()},
                             "model.lr": {"values": [0.001, 0.002, 0.003, 0.004]}}}
     (tmp_path / "array.yaml").write_text(yaml.safe_dump(sweep))
-    script = job_script(tmp_path / "array.sh", ["--array=1-2", "--ntasks=1", "--cpus-per-task=1", "--time=10",
-                                                "--open-mode=append", "--output=array-%a.log"],
-                        f"{VIT} sweep array.yaml --backend local")
-    array = cluster.sbatch(script)
+    monkeypatch.chdir(tmp_path)  # the script runs the sweep where it was printed
+    capsys.readouterr()
+    assert cli.main([str(tmp_path / "array.yaml"), "--backend", "local", "--print-sbatch"]) == 0
+    text = capsys.readouterr().out
+    assert "--backend local --parallel 1" in text and "#SBATCH --cpus-per-task=1 " in text and "gpus" not in text
+    (tmp_path / "array.sh").write_text(text)
+    # the options a user adds at submission: how many tasks, and this small cluster's limits
+    array = cluster.sbatch(tmp_path / "array.sh", "--array=1-2", "--time=10", "--mem=500", "--output=array-%a.log")
     after = cluster.sbatch(job_script(tmp_path / "after.sh", ["--ntasks=1", "--time=1", "--output=after.log"],
                                       "echo tables"), f"--dependency=afterok:{array}")
     done = cluster.wait(after, 300, until=lambda j: j.get("JobState") in {"COMPLETED", "CANCELLED", "FAILED"} or

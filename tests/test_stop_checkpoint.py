@@ -5,12 +5,12 @@ import json
 import os
 import signal
 
+from tiny import TINY_MODEL
+
 from vit_lightning import rundir, train
 from vit_lightning.module import ViTClassifier
 
-TINY = ["--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
-        "--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0",
-        "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu", "--run.fewshot_shots=[]",
+TINY = [*TINY_MODEL, "--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2", "--run.fewshot_shots=[]",
         "--trainer.log_every_n_steps=1", "--trainer.max_epochs=2"]
 
 

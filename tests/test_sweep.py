@@ -230,6 +230,17 @@ def test_set_reads_an_exponent_as_a_number_and_refuses_null_in_one_line(capsys):
     assert code == 2 and out == "" and len(lines) == 1 and "cannot pass null" in lines[0], err
 
 
+def test_the_local_job_script_gives_each_slot_a_gpu_and_its_loaders_cpus_and_runs_the_same_sweep(capsys):
+    code, out, err = run_cli(["hybrid", "--profile", "cifar10", "--backend", "local", "--parallel", "2",
+                              "--set", "trainer.max_epochs=3", "--print-sbatch"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "#SBATCH --gpus-per-node=2" in lines and any(line.startswith("#SBATCH --cpus-per-task=18 ") for line in lines)
+    [run] = [line for line in lines if " sweep hybrid " in line]
+    assert run.endswith("--backend local --parallel 2 --profile cifar10 --set trainer.max_epochs=3 &"), run
+    assert "scontrol requeue" in out and "--signal=B:TERM@120" in out
+
+
 # --- W&B backend -------------------------------------------------------------------------------------
 def test_gpu_split_is_shared_by_both_backends():
     from vit_lightning.sweep.supervise import slot_envs, split_gpus

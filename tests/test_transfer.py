@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny import TINY_MODEL
 
 from vit_lightning import ViT, cli, train
 from vit_lightning.model.position import sincos_2d_table
@@ -131,10 +132,8 @@ def test_a_timm_vit_from_a_local_file_gives_timm_logits_also_at_a_new_resolution
 
 # ---- fit and eval from a run ---------------------------------------------------------------------
 
-TINY = ["--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=32",
-        "--trainer.max_epochs=1", "--trainer.limit_val_batches=8", "--trainer.num_sanity_val_steps=0",
-        "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu", "--run.wandb=off",
-        "--run.fewshot_shots=[]"]
+TINY = [*TINY_MODEL, "--data.batch_size=32", "--trainer.max_epochs=1", "--trainer.limit_val_batches=8",
+        "--run.wandb=off", "--run.fewshot_shots=[]"]
 ENCODINGS = ["none", "learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d"]
 
 

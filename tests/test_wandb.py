@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -292,6 +293,7 @@ def test_job_script_joins_sweeps_created_once_and_splits_the_allocation_at_run_t
     monkeypatch.setattr("wandb.sweep", server.sweep)
     monkeypatch.setattr("wandb.Api", lambda: server)
     monkeypatch.setattr(wandb_backend, "has_credentials", lambda: True)
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # the tests' own "disabled" would stop the backend first
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the login node has no GPU
     argv = ["pos_encoding", "--profile", "imagenet", "--backend", "wandb", "--project", "vit", "--agents", "4",
             "--gpus-per-agent", "2", "--print-sbatch"]
@@ -343,9 +345,18 @@ def test_an_unreachable_server_is_one_line(monkeypatch, capsys):
 
     monkeypatch.setattr("wandb.Api", refuse)
     monkeypatch.setattr(wandb_backend, "has_credentials", lambda: True)
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # the tests' own "disabled" would stop the backend first
     assert cli.main(["hybrid", "--backend", "wandb", "--print-sbatch"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and "Connection refused" in captured.err
+
+
+def test_the_wandb_backend_with_wandb_mode_offline_says_that_not_that_credentials_are_missing(monkeypatch, capsys):
+    monkeypatch.setattr(wandb_backend, "has_credentials", lambda: True)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert cli.main(["hybrid", "--backend", "wandb", "--print-sbatch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "WANDB_MODE=offline" in err[0] and "credentials" not in err[0], err
 
 
 def test_the_world_size_is_part_of_a_runs_identity():
@@ -425,3 +436,21 @@ def test_concurrent_downloads_take_turns(tmp_path, monkeypatch):
     for worker in workers:
         worker.join()
     assert overlaps == [] and len(calls) == 3
+
+
+def test_fit_with_w_and_b_unreachable_says_so_in_one_line_and_logs_offline(tmp_path, tiny_fit):
+    """A compute node without internet: wandb.init fails once, fit goes on with an offline W&B run."""
+    env = {**bare_env(tmp_path), "WANDB_MODE": "online", "WANDB_API_KEY": "x" * 40, "WANDB_INIT_TIMEOUT": "8",
+           "WANDB_BASE_URL": "http://127.0.0.1:9", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    for key in SLURM_ARRAY_TASK:
+        env.pop(key, None)
+    argv = [sys.executable, "-m", "vit_lightning.cli", "fit", *tiny_fit(2, 1), "--trainer.max_epochs=1",
+            "--run.fewshot_shots=[]", f"--run.root={tmp_path / 'runs'}", "--run.wandb=online"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if "W&B is unreachable" in line]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    [record] = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/*/*/results.json")]
+    assert record["status"] == "completed"
+    [run] = [wandb_agent.read_run(p) for p in wandb_agent.offline_runs(tmp_path / "runs")]
+    assert run.summary["val/acc_best"] == record["metrics"]["val/acc_best"]

@@ -8,11 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+from tiny import TINY_MODEL  # noqa: E402  (tests/tiny.py)
+
 VIT = str(Path(sys.executable).with_name("vit-ablate"))
-TINY = ["--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=8",
-        "--trainer.limit_train_batches=60", "--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0",
-        "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu", "--run.fewshot_shots=[]",
-        "--trainer.max_epochs=4", "--run.wandb=offline", "--trainer.log_every_n_steps=1"]
+TINY = [*TINY_MODEL, "--data.batch_size=8", "--trainer.limit_train_batches=60", "--trainer.limit_val_batches=2",
+        "--run.fewshot_shots=[]", "--trainer.max_epochs=4", "--run.wandb=offline", "--trainer.log_every_n_steps=1"]
 
 
 def descendants(pid: int) -> list[int]:

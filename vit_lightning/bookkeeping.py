@@ -14,6 +14,7 @@ LAST_CKPT = "last.ckpt"  # the run's one checkpoint, overwritten every epoch: re
 SEED_KEY = "seed_everything"  # the seed's option name (a sweep key, a record config key)
 BEST_METRIC = "val/acc_best"  # the best epoch's validation accuracy: the sweeps' metric and the tables' value
 FINAL = ("completed", "diverged")  # record statuses that end a run: a re-run skips it unless asked to retrain
+SUMMARY_FIELDS = ("status", "trial", "started_at", "finished_at", "error")  # record fields mirrored into the W&B summary
 
 
 def _umask() -> int:

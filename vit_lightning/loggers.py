@@ -26,8 +26,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from vit_lightning.ablation import METRIC as SWEEP_METRIC  # every ablation's sweep metric
-from vit_lightning.bookkeeping import FINAL, one_line
+from vit_lightning.bookkeeping import FINAL, SUMMARY_FIELDS, one_line
 from vit_lightning.compat.wandb import credentials as wandb_credentials
+from vit_lightning.compat.wandb import env_mode
 from vit_lightning.record import RunRecord, read_record
 
 MODES = ("auto", "online", "offline", "off")
@@ -42,12 +43,12 @@ def mode(choice: str) -> str | None:
     """auto: on under a W&B agent or with credentials; offline when there are no credentials; None = off."""
     if choice in ("online", "offline"):
         return choice
-    if choice == "off" or os.environ.get("WANDB_MODE") == "disabled":
+    if choice == "off" or env_mode() == "disabled":
         return None
     credentials = wandb_credentials()
     if not (under_agent() or credentials):
         return None
-    return "online" if credentials and os.environ.get("WANDB_MODE") not in ("offline", "dryrun") else "offline"
+    return "online" if credentials and env_mode() != "offline" else "offline"
 
 
 def sweep_params() -> dict[str, Any] | None:
@@ -82,8 +83,19 @@ def logger(directory: Path, config: dict, previous: dict | None = None) -> Wandb
     extra = resumed(before) if unfinished and not under_agent() else {}
     project = extra.pop("project", None) or config["run.wandb_project"] or os.environ.get("WANDB_PROJECT", "vit-lightning")
     # mode goes to wandb.init itself: wandb reads its environment once per process (the credentials check above)
-    return GuardedWandbLogger(name=directory.name, save_dir=str(directory), project=project, mode=chosen,
-                       group=config["run.ablation"], tags=[config["run.ablation"], config["run.profile"]], **extra)
+    options = dict(name=directory.name, save_dir=str(directory), project=project, group=config["run.ablation"],
+                   tags=[config["run.ablation"], config["run.profile"]], **extra)
+    wandb_logger = GuardedWandbLogger(mode=chosen, **options)
+    if chosen != "online" or under_agent():  # an agent's run exists on the server already (the agent created it)
+        return wandb_logger
+    try:  # a compute node without internet is common: find out now, once, instead of inside fit
+        wandb_logger.experiment  # noqa: B018  (wandb.init on rank 0; a stand-in on the other ranks)
+    except Exception as error:
+        print(f"vit-ablate fit: W&B is unreachable ({one_line(error)[:200]}); this run logs to W&B offline in "
+              f"{directory / 'wandb'} (`wandb sync` uploads it later)", file=sys.stderr, flush=True)
+        finish(1)
+        return GuardedWandbLogger(mode="offline", **options)
+    return wandb_logger
 
 
 def report_finished(directory: Path, config: dict, record: dict) -> None:
@@ -168,7 +180,7 @@ def summary(record: dict) -> dict[str, Any]:
     """What the W&B summary holds of a run record: its metrics, compute/* facts, status, trial id and times."""
     out: dict[str, Any] = {k: v for k, v in (record.get("metrics") or {}).items() if v is not None}
     out.update({f"compute/{k}": v for k, v in (record.get("compute") or {}).items() if v is not None})
-    out.update({k: record[k] for k in ("status", "trial", "started_at", "finished_at", "error") if record.get(k)})
+    out.update({k: record[k] for k in SUMMARY_FIELDS if record.get(k)})
     return out
 
 

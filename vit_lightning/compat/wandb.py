@@ -1,9 +1,18 @@
-"""wandb's private settings and netrc reader, for the credential check (wandb < 0.32, pyproject.toml).
+"""What W&B's environment says (WANDB_MODE, credentials), read once here for fit, the sweep and viz.
 
+The credential check uses wandb's private settings and netrc reader (wandb < 0.32, pyproject.toml).
 A light module: the sweep command checks credentials without importing Lightning.
 """
 
 from __future__ import annotations
+
+import os
+
+
+def env_mode() -> str | None:
+    """What WANDB_MODE asks for: "disabled", "offline" (also its old name dryrun), "online", or None when unset."""
+    value = os.environ.get("WANDB_MODE")
+    return {"dryrun": "offline", "run": "online"}.get(value, value) if value else None
 
 
 def credentials() -> bool:

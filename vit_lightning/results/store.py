@@ -11,10 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from vit_lightning.bookkeeping import FINAL, RECORD, write_atomic
+from vit_lightning.bookkeeping import FINAL, RECORD, SUMMARY_FIELDS, write_atomic
 from vit_lightning.identity import flatten, number, plain
 
-SUMMARY_FIELDS = ("status", "trial", "started_at", "finished_at", "error")  # record fields a run mirrors to W&B
 # W&B run state -> our record status, for runs whose summary has no final status (W&B has no "diverged")
 WANDB_STATES = {"finished": "completed", "running": "running", "pending": "running",
                 "crashed": "failed", "failed": "failed", "killed": "failed",

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from vit_lightning.compat.wandb import env_mode
 from vit_lightning.identity import TRIAL_KEY
-from vit_lightning.sweep import local, supervise, trials, validate, wandb_backend, yamls
+from vit_lightning.sweep import jobscript, local, supervise, trials, validate, wandb_backend, yamls
 from vit_lightning.sweep.validate import SweepError
 
 EPILOG = """\
@@ -60,8 +61,9 @@ def parser() -> argparse.ArgumentParser:
     remote.add_argument("--stagger", type=float, default=5.0, metavar="S", help="seconds between agent starts")
     remote.add_argument("--sweep-id", action="append", default=[], metavar="ID",
                         help="join existing sweep(s) [ENTITY/PROJECT/]ID instead of creating them (other nodes)")
-    remote.add_argument("--print-sbatch", action="store_true",
-                        help="find or create the sweeps, print a job script whose agents join them; start nothing")
+    p.add_argument("--print-sbatch", action="store_true",
+                   help="print a SLURM job script that runs this sweep on a node (wandb: whose agents join the sweeps, "
+                        "found or created now; local: whose array tasks share the run root); start nothing")
     return p
 
 
@@ -191,6 +193,23 @@ def run_local(all_trials: list[trials.Trial], groups: list[list[str]], args) -> 
     return local.Runner(all_trials, slots, retry_failed=args.retry_failed, fork=not args.fresh_processes).run()
 
 
+def print_local_sbatch(configs: list[dict], args) -> int:
+    """A job script whose array tasks run the local backend on this run root (a filesystem every node shares)."""
+    gpus = args.parallel if uses_gpus(configs) else 0  # one GPU per slot, as --parallel splits the job's GPUs
+    checked_trials(configs, args, gpus=1 if gpus else 0)  # every trial checked now, as the job will check them
+    argv = [*jobscript.vit_ablate_command(), "sweep", *args.targets, "--backend", "local", "--parallel", str(args.parallel)]
+    options = [("--profile", args.profile), ("--count", args.count),
+               ("--ablations-dir", args.ablations_dir and args.ablations_dir.resolve())]
+    argv += [str(x) for key, value in options if value is not None for x in (key, value)]
+    argv += [flag for flag, on in (("--retry-failed", args.retry_failed), ("--fresh-processes", args.fresh_processes))
+             if on]
+    argv += [x for override in args.overrides for x in ("--set", override)]
+    name = "vit-" + "-".join(Path(t).stem for t in args.targets) + (f"-{args.profile}" if args.profile else "")
+    shares = ("Every task of this script (sbatch --array=1-N) takes the trials no other live process holds "
+              "on this run root.")
+    return print_lines([jobscript.sbatch_script(argv, name, gpus, job_cpus(configs, args.parallel, 1), shares)])
+
+
 def run_wandb(configs: list[dict], args) -> int:
     """Join (or create) the W&B sweeps and run agents on this machine's GPU groups, or print a job script doing so."""
     if args.print_sbatch and uses_gpus(configs):  # for the job's node, not this login node: from the options alone
@@ -203,6 +222,9 @@ def run_wandb(configs: list[dict], args) -> int:
             raise SweepError(f"--agents/--gpus-per-agent: {err}") from None
     check_sources(checked_trials([c for c in configs if c.get("method") == "grid"], args, gpus=len(groups[0])), args)
     wandb_backend.check_devices(configs, len(groups[0]))
+    if env_mode() in ("disabled", "offline"):  # credentials or not, wandb itself would refuse to reach the server
+        raise SweepError(f"the wandb backend needs the W&B server, but WANDB_MODE={os.environ['WANDB_MODE']}: "
+                         "unset it, or use --backend local")
     if not wandb_backend.has_credentials():
         raise SweepError("the wandb backend needs W&B credentials: run `wandb login` (self-hosted W&B: "
                          "`wandb login --host URL`) or set WANDB_API_KEY")
@@ -215,7 +237,8 @@ def run_wandb(configs: list[dict], args) -> int:
         gpus = (args.agents or 1) * (args.gpus_per_agent or 1) if uses_gpus(configs) else 0
         name = "vit-" + "-".join(Path(t).stem for t in args.targets) + (f"-{args.profile}" if args.profile else "")
         cpus = job_cpus(configs, args.agents or 1, args.gpus_per_agent or 1)
-        return print_lines([wandb_backend.sbatch_script(job_argv(args, paths), name, gpus, cpus)])
+        shares = "Every job (and array task) of this script joins the same W&B sweeps, each on its own node."
+        return print_lines([jobscript.sbatch_script(job_argv(args, paths), name, gpus, cpus, shares)])
     agents = wandb_backend.agent_commands(paths, groups, args.count, wandb_backend.wandb_command())
     return wandb_backend.run_agents(agents, args.stagger)
 
@@ -233,7 +256,7 @@ def uses_gpus(configs: list[dict]) -> bool:
 
 def job_argv(args, paths: list[str]) -> list[str]:
     """The `vit-ablate sweep` command a job script runs: these sweeps by id, the same settings, GPUs found when run."""
-    argv = [*wandb_backend.vit_ablate_command(), "sweep", *args.targets, "--backend", "wandb",
+    argv = [*jobscript.vit_ablate_command(), "sweep", *args.targets, "--backend", "wandb",
             "--project", args.project]
     entity = args.entity or (paths[0].split("/")[0] if paths and paths[0].count("/") == 2 else None)
     options = [("--profile", args.profile), ("--entity", entity), ("--agents", args.agents),
@@ -274,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         backend = args.backend
         if backend == "auto":
             backend = "wandb" if wandb_backend.has_credentials() and not args.dry_run else "local"
+        if backend == "local" and args.print_sbatch and not args.dry_run:
+            return print_local_sbatch(configs, args)
         if args.dry_run or backend == "local":
             groups = local_groups(args)
             all_trials = checked_trials(configs, args, gpus=len(groups[0]))

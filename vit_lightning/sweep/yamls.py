@@ -43,7 +43,8 @@ def render(ablation: Ablation, stem: str, config: dict) -> str:
         f"# {ablation.title}: {ablation.source}.",
         f"# Local (no account):  vit-ablate sweep sweeps/{stem}.yaml",
         f"# W&B:                 vit-ablate sweep sweeps/{stem}.yaml --backend wandb",
-        f"#   (by hand, in the activated venv: wandb sweep sweeps/{stem}.yaml, then wandb agent --forward-signals ID)",
+        f"#   (by hand, in the activated venv: wandb sweep sweeps/{stem}.yaml, then wandb agent --forward-signals ID;",
+        "#   inside a SLURM allocation use the W&B line above: it hides the allocation's task layout from the trials)",
     ]
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=None, width=1000, allow_unicode=True)
     return "\n".join(header) + "\n" + body

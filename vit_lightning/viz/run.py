@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from vit_lightning.bookkeeping import one_line
+from vit_lightning.compat.wandb import env_mode
 from vit_lightning.model.stems import PatchStem
 from vit_lightning.model.swin import Swin
 from vit_lightning.trained import Trained, TrainedError, build_data, load_trained
@@ -235,10 +235,10 @@ def log_to_wandb(run: Run, paths: list[Path]) -> str | None:
     run_id, pngs = info.get("run_id"), [p for p in paths if p.suffix == ".png"]
     if not run_id or not pngs:
         return None
-    if os.environ.get("WANDB_MODE") == "disabled":
+    if env_mode() == "disabled":
         return "W&B is disabled (WANDB_MODE=disabled): figures not logged"
     offline = any((run.directory / "wandb").glob(f"offline-run-*-{run_id}"))
-    mode = "offline" if offline or os.environ.get("WANDB_MODE") == "offline" else "online"
+    mode = "offline" if offline or env_mode() == "offline" else "online"
     try:
         import wandb
 
