@@ -15,6 +15,9 @@ def test_ruff_finds_nothing():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+PUBLIC = {("os", "_exit")}  # documented names that start with an underscore
+
+
 def _private_uses(path: Path) -> list[str]:
     """`x._name` on anything but self/cls/our own imports, and `from lib import _name`, in one module."""
     import ast
@@ -26,7 +29,7 @@ def _private_uses(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
             base = node.value.id if isinstance(node.value, ast.Name) else None
-            if base not in ("self", "cls", *own):
+            if base not in ("self", "cls", *own) and (base, node.attr) not in PUBLIC:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
         elif isinstance(node, ast.ImportFrom) and not node.level and not (node.module or "").startswith("vit_lightning"):
             found += [f"{path.relative_to(REPO)}:{node.lineno}: from {node.module} import {a.name}"

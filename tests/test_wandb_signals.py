@@ -38,7 +38,10 @@ def test_sigterm_to_the_trial_and_wandb_core_exits_143_with_the_record_and_no_tr
         assert core, "no wandb-core under the trial"
         for pid in core:  # SLURM's order among a job's processes is arbitrary; the service first is the hard case
             os.kill(pid, signal.SIGTERM)
-        time.sleep(0.3)
+        deadline = time.monotonic() + 30  # the service has exited (not just been signalled) before the trial is
+        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() and
+                                                  "wandb-core" in _cmdline(pid) for pid in core):
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=120)
     finally:
@@ -67,3 +70,10 @@ def test_a_local_resume_continues_the_w_and_b_run_in_its_own_project_and_entity(
     write_record(tmp_path, {"status": "completed", "wandb": {"run_id": "r123", "project": "sweep-proj"}})
     init = loggers.logger(tmp_path, config)._wandb_init
     assert not init.get("id") and init["project"] == "vit-lightning" and not init.get("entity")  # a new run
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""

@@ -21,7 +21,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
-from vit_lightning.compat.lightning import cluster_environment
+from vit_lightning.compat.lightning import cluster_environment, request_graceful_stop
 
 
 class DivergenceStop(pl.Callback):
@@ -117,7 +117,7 @@ class StopSignal(pl.Callback):
             drop_stop_checkpoints(directory, keep=path)
             print(f"stopped by {signal.Signals(self.signum).name} at step {trainer.global_step}; "
                   f"checkpoint {path}", flush=True)
-        raise SIGTERMException  # on every rank at this step: they stop together, through Lightning's graceful stop
+        request_graceful_stop(trainer)  # on every rank at this step: they stop together once the step is logged
 
     @override
     def on_fit_end(self, trainer, pl_module) -> None:

@@ -4,6 +4,9 @@ checkpointing, logging; and a plain PyTorch loop doing the same epoch, for compa
 Run (one thread, as a sweep trial runs):
     OMP_NUM_THREADS=1 python -m vit_lightning.bench.trial_split [--epochs 9] [--plain-epochs 3] [extra fit options]
 
+`--sweep runs/ABLATION/PROFILE ...` instead splits the trials of a finished local sweep (the sweep's time per
+trial, fit's own, the training steps'), for comparing how trials are started (`--fresh-processes` or not).
+
 Every part is timed around the function that does it, inside one `vit-ablate fit` run of the demo
 profile, in CPU seconds of this process (time.process_time; one thread): on a shared machine other
 people's work then inflates the parts alike instead of whichever ran while the machine was busiest.
@@ -133,12 +136,51 @@ def plain_epochs(epochs: int, fused: bool) -> tuple[float, float]:
     return t_train / epochs, t_val / epochs
 
 
+def sweep_split(folders: list[str], trials: int | None = None) -> list[str]:
+    """Where the wall time of a finished local sweep's trials went, from its state file and the trials' records.
+
+    Per trial: the sweep's start-to-exit time (state file, 1 s resolution), fit's own time from setup to its
+    end (record `compute.wall_s`: training, validation, checkpoints, few-shot), and the training steps alone
+    (steps x batch / `compute.train_images_per_s`). Outside fit: start-up (imports, options, model) and exit.
+    `trials`: the first N finished trials of each folder, in the order they started.
+    """
+    import json
+    from datetime import datetime
+    from pathlib import Path
+
+    lines = []
+    for folder in folders:
+        state = json.loads((Path(folder) / ".sweep-state.json").read_text())["trials"]
+        done = sorted((t["started_at"], tid, t) for tid, t in state.items() if t.get("status") == "completed")
+        rows = []
+        for _, tid, entry in done[:trials]:
+            record = json.loads((Path(folder) / tid / "results.json").read_text())
+            total = (datetime.fromisoformat(entry["finished_at"]) - datetime.fromisoformat(entry["started_at"]))
+            compute, steps = record["compute"], record["metrics"]["steps"]
+            train = steps * record["config"]["data.batch_size"] / compute["train_images_per_s"]
+            rows.append((total.total_seconds(), compute["wall_s"], train))
+        n = len(rows)
+        total, fit, train = (sum(r[k] for r in rows) / n for k in range(3))
+        lines.append(f"{folder}: {n} trials, mean seconds per trial (share of the whole trial)")
+        for label, value in (("whole trial, as the sweep saw it", total), ("training steps", train),
+                             ("validation, checkpoints, few-shot (rest of fit)", fit - train),
+                             ("outside fit: start-up and exit", total - fit)):
+            lines.append(f"  {label:<50}{value:>7.2f} s  {value / total:>6.1%}")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=DEMO["trainer.max_epochs"])
     parser.add_argument("--plain-epochs", type=int, default=3)
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    parser.add_argument("--sweep", nargs="+", metavar="DIR",
+                        help="instead: the time split of a finished local sweep's trials (runs/ABLATION/PROFILE)")
+    parser.add_argument("--trials", type=int, help="with --sweep: the first N finished trials of each folder")
     args, extra = parser.parse_known_args()
+    if args.sweep:
+        print("\n".join(sweep_split(args.sweep, args.trials)))
+        return 0
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     import_start = CLOCK()

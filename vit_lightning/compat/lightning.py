@@ -16,6 +16,15 @@ def cluster_environment(trainer: pl.Trainer):
     return trainer._accelerator_connector.cluster_environment
 
 
+def request_graceful_stop(trainer: pl.Trainer) -> None:
+    """Have Lightning stop fit after the current step, as on SIGTERM: the step logged, then SIGTERMException.
+
+    Private: only Lightning's own SIGTERM handler sets the flag (`trainer.received_sigterm` is read-only);
+    raising SIGTERMException from a callback instead would skip the step's logging and scheduler update.
+    """
+    trainer._signal_connector.received_sigterm = True
+
+
 def set_collective_timeout(strategy, seconds: float) -> None:
     """How long a DDP/FSDP collective waits for a silent rank; read when the process group starts.
 
