@@ -33,7 +33,7 @@ def lrs(low: float, points: int = 7) -> list[float]:
 # each grid is centred on the profile's usual lr (demo 2e-3: five points, 5e-4 to 8e-3)
 LRS = {"demo": lrs(0.0005, 5), "cifar10": lrs(0.000125), "imagenet": lrs(0.00005)}
 # At lr 2e-3 over 30 epochs (one seed) the demo's three set-ups end at 0.957 (CLS + MLP), 0.959 (CLS + linear)
-# and 0.968 (GAP), each within 0.01 of that from epoch 26, 21 and 22; 20 epochs (with random crops, against
+# and 0.968 (GAP), each within 0.01 of that from epoch 25, 20 and 22; 20 epochs (with random crops, against
 # over-fitting the 4,000 digits) is where the CPU budget of 45 trials stops, results/README.md says how close
 DEMO = {"trainer.max_epochs": 20, "data.random_crop": True}
 
