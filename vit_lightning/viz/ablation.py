@@ -56,7 +56,10 @@ def write_ablation_figures(ablation, profile: str, runs_root: Path, out: Path, c
             drawn.append((cell, numbers))
     notes = [f"figures: no checkpoint for {', '.join(missing)}"] if missing else []
     if any(ENCODING in cell for cell, _ in drawn):
-        paths += encoding_comparison(drawn, Path(out))
+        if all(isinstance(numbers, Numbers) for _, numbers in drawn):
+            paths += encoding_comparison(drawn, Path(out))
+        else:  # Swin runs: their figures are per run (figures/<cell>/), by stage and window
+            notes.append("figures: the side-by-side encoding comparison is drawn for ViT runs only")
     return paths, notes
 
 
