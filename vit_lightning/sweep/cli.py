@@ -204,7 +204,7 @@ def print_local_sbatch(configs: list[dict], args) -> int:
     argv += [flag for flag, on in (("--retry-failed", args.retry_failed), ("--fresh-processes", args.fresh_processes))
              if on]
     argv += [x for override in args.overrides for x in ("--set", override)]
-    name = "vit-" + "-".join(Path(t).stem for t in args.targets) + (f"-{args.profile}" if args.profile else "")
+    name = job_name(args)
     shares = ("Every task of this script (sbatch --array=1-N) takes the trials no other live process holds "
               "on this run root.")
     return print_lines([jobscript.sbatch_script(argv, name, gpus, job_cpus(configs, args.parallel, 1), shares)])
@@ -235,7 +235,7 @@ def run_wandb(configs: list[dict], args) -> int:
         raise SweepError(f"W&B could not find or create the sweeps: {text[:300]}") from None
     if args.print_sbatch:
         gpus = (args.agents or 1) * (args.gpus_per_agent or 1) if uses_gpus(configs) else 0
-        name = "vit-" + "-".join(Path(t).stem for t in args.targets) + (f"-{args.profile}" if args.profile else "")
+        name = job_name(args)
         cpus = job_cpus(configs, args.agents or 1, args.gpus_per_agent or 1)
         shares = "Every job (and array task) of this script joins the same W&B sweeps, each on its own node."
         return print_lines([jobscript.sbatch_script(job_argv(args, paths), name, gpus, cpus, shares)])
@@ -247,6 +247,11 @@ def job_cpus(configs: list[dict], agents: int, gpus_per_agent: int) -> int:
     """CPUs a node of the job script needs: each trial process's loader workers (data.num_workers) plus itself."""
     workers = max((c["parameters"].get("data.num_workers", {}).get("value") or 0 for c in configs), default=0)
     return agents * gpus_per_agent * (int(workers) + 1)
+
+
+def job_name(args) -> str:
+    """A job script's SLURM job name: vit-<targets>[-<profile>]."""
+    return "vit-" + "-".join(Path(t).stem for t in args.targets) + (f"-{args.profile}" if args.profile else "")
 
 
 def uses_gpus(configs: list[dict]) -> bool:
