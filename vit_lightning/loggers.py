@@ -81,10 +81,9 @@ def logger(directory: Path, config: dict, previous: dict | None = None) -> Wandb
     # WandbLogger has wandb.init resume the run of its id ("allow"): under an agent the agent's id (WANDB_RUN_ID,
     # which a requeued trial gets back), otherwise the id, project and entity the interrupted attempt recorded
     extra = resumed(before) if unfinished and not under_agent() else {}
-    project = extra.pop("project", None) or config["run.wandb_project"] or os.environ.get("WANDB_PROJECT", "vit-lightning")
     # mode goes to wandb.init itself: wandb reads its environment once per process (the credentials check above)
-    options = dict(name=directory.name, save_dir=str(directory), project=project, group=config["run.ablation"],
-                   tags=[config["run.ablation"], config["run.profile"]], **extra)
+    options = {"name": directory.name, "save_dir": str(directory), **_grouping(config, extra.pop("project", None)),
+               **extra}
     wandb_logger = GuardedWandbLogger(mode=chosen, **options)
     if chosen != "online" or under_agent():  # an agent's run exists on the server already (the agent created it)
         return wandb_logger
@@ -98,6 +97,12 @@ def logger(directory: Path, config: dict, previous: dict | None = None) -> Wandb
     return wandb_logger
 
 
+def _grouping(config: dict, project: str | None = None) -> dict:
+    """The W&B project, group and tags of a run (`project`: the one an interrupted attempt recorded, if any)."""
+    project = project or config["run.wandb_project"] or os.environ.get("WANDB_PROJECT", "vit-lightning")
+    return {"project": project, "group": config["run.ablation"], "tags": [config["run.ablation"], config["run.profile"]]}
+
+
 def report_finished(directory: Path, config: dict, record: dict) -> None:
     """Under a W&B agent, a trial whose run dir had already finished gives the agent's run that record (summary
     and the sweep metric), so the sweep sees the result instead of a run that never started; else nothing."""
@@ -106,9 +111,7 @@ def report_finished(directory: Path, config: dict, record: dict) -> None:
         return
     import wandb
 
-    project = config["run.wandb_project"] or os.environ.get("WANDB_PROJECT", "vit-lightning")
-    run = guarded(wandb.init, name=directory.name, dir=str(directory), project=project, mode=chosen,
-                  group=config["run.ablation"], tags=[config["run.ablation"], config["run.profile"]])
+    run = guarded(wandb.init, name=directory.name, dir=str(directory), mode=chosen, **_grouping(config))
     if run is None:
         return
     best = (record.get("metrics") or {}).get(SWEEP_METRIC)
