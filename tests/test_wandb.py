@@ -5,6 +5,7 @@ built from those runs; self-hosted login; sweeps joined rather than created twic
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -173,8 +174,13 @@ def test_table_from_wandb_runs_equals_the_table_from_local_records(agent_run, tm
     assert len(err.strip().splitlines()) == 1 and "ENTITY/PROJECT" in err
 
 
-def test_sigterm_under_the_agent_marks_the_run_preempting_and_its_requeue_resumes_it(tmp_path):
-    """The agent forwards SIGTERM: the trial exits 143 marked preempting; W&B requeues it with the same run id."""
+@pytest.mark.parametrize("service_first", [False, True], ids=["agent-forwards", "slurm-signals-every-process"])
+def test_sigterm_under_the_agent_marks_the_run_preempting_and_its_requeue_resumes_it(tmp_path, service_first):
+    """The agent forwards SIGTERM: the trial exits 143 marked preempting; W&B requeues it with the same run id.
+
+    service_first: SLURM signals every process of the job and wandb-core exits first, losing its buffered run
+    file; the trial resends the attempt to the same run in a new service, so W&B still gets all of it.
+    """
     _, sweep = generated_sweep(tmp_path)
     params = {**expand(sweep)[0], "trainer.devices": 1, "trainer.strategy": "auto", "trainer.max_epochs": 3,
               "trainer.limit_train_batches": 40, "run.fewshot_shots": []}
@@ -191,11 +197,21 @@ def test_sigterm_under_the_agent_marks_the_run_preempting_and_its_requeue_resume
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(0.05)
+    if service_first:
+        wandb_agent.stop_service(proc.pid)
     proc.send_signal(signal.SIGTERM)  # what `wandb agent --forward-signals` does with the SIGTERM it receives
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM, (tmp_path / "trial.log").read_text()[-3000:]
+    log = (tmp_path / "trial.log").read_text()
+    assert "Traceback" not in log and "Exception ignored" not in log, log[-3000:]
+    assert log.count("W&B's service process is gone") == service_first
     [first] = [wandb_agent.read_run(p) for p in wandb_agent.offline_runs(tmp_path)]
     assert first.preempting and first.exit_code != 0 and first.run.run_id == RUN_ID
-    assert json.loads(record_path.read_text())["status"] != "completed"
+    assert json.loads(record_path.read_text())["status"] == "interrupted"
+    with (record_path.parent / "metrics.csv").open() as file:
+        logged = {int(row["step"]) for row in csv.DictReader(file)}
+    sent = {int(row["trainer/global_step"]) for row in first.history if "trainer/global_step" in row}
+    assert logged and logged <= sent  # every row of the CSV log, W&B has (and the sweep metric's rows)
+    assert first.config["model.lr"] > 0 and first.summary["status"] == "interrupted"
     # requeued: an agent runs the same command with the same run id
     code, log = run_trial(tmp_path, sweep, params, agent_env)
     assert code == 0, log[-3000:]
@@ -213,15 +229,14 @@ def test_a_signal_marks_the_run_preempting_and_an_error_does_not():
     from types import SimpleNamespace
     from unittest import mock
 
-    from lightning.pytorch.loggers import WandbLogger
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from vit_lightning import loggers
 
     record = SimpleNamespace(record={"status": "failed", "metrics": {"val/acc_best": 0.5}, "compute": {"params": 7}})
     for exception, preempting in ((KeyboardInterrupt(), True), (SIGTERMException(), True), (RuntimeError(), False)):
-        logger = object.__new__(WandbLogger)
-        logger._experiment = run = mock.MagicMock()
+        logger = loggers.GuardedWandbLogger(mode="offline")
+        logger._experiment = run = mock.MagicMock()  # Lightning's cached run: no wandb.init
         trainer = SimpleNamespace(is_global_zero=True, loggers=[logger])
         loggers.WandbSummary(record).on_exception(trainer, None, exception)
         assert run.mark_preempting.called == preempting
@@ -454,3 +469,20 @@ def test_fit_with_w_and_b_unreachable_says_so_in_one_line_and_logs_offline(tmp_p
     assert record["status"] == "completed"
     [run] = [wandb_agent.read_run(p) for p in wandb_agent.offline_runs(tmp_path / "runs")]
     assert run.summary["val/acc_best"] == record["metrics"]["val/acc_best"]
+
+
+def test_a_local_resume_continues_the_w_and_b_run_in_its_own_project_and_entity(tmp_path, monkeypatch):
+    """An agent's trial resumed outside the agent goes on in the run it recorded: id, project and entity."""
+    from vit_lightning import loggers
+    from vit_lightning.record import write_record
+
+    monkeypatch.delenv("WANDB_SWEEP_ID", raising=False)
+    write_record(tmp_path, {"status": "interrupted",
+                            "wandb": {"run_id": "r123", "project": "sweep-proj", "entity": "team", "sweep_id": "s"}})
+    config = {"run.wandb": "offline", "run.retrain": False, "run.wandb_project": None, "run.ablation": "a",
+              "run.profile": "demo"}
+    init = loggers.logger(tmp_path, config)._wandb_init
+    assert (init["id"], init["project"], init["entity"]) == ("r123", "sweep-proj", "team")
+    write_record(tmp_path, {"status": "completed", "wandb": {"run_id": "r123", "project": "sweep-proj"}})
+    init = loggers.logger(tmp_path, config)._wandb_init
+    assert not init.get("id") and init["project"] == "vit-lightning" and not init.get("entity")  # a new run

@@ -140,8 +140,35 @@ def read_run(path: Path) -> OfflineRun:
 
 
 def offline_runs(root: Path) -> list[Path]:
-    """Every offline run file under root."""
-    return sorted(Path(root).rglob("offline-run-*/run-*.wandb"))
+    """Every offline run file under root that holds a run (a wandb-core killed by SIGTERM leaves one empty)."""
+    files = sorted(Path(root).rglob("offline-run-*/run-*.wandb"))
+    return [f for f in files if any(r.WhichOneof("record_type") == "run" for r in records(f))]
+
+
+def stop_service(pid: int, timeout: float = 30) -> None:
+    """SIGTERM the wandb-core under process pid and wait until it has exited, as when SLURM signals it first."""
+    import signal
+    import time
+
+    core = [d for d in _descendants(pid) if "wandb-core" in _cmdline(d)]
+    assert core, "no wandb-core under the trial"
+    for d in core:
+        os.kill(d, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any("wandb-core" in _cmdline(d) for d in core):
+        time.sleep(0.05)
+
+
+def _descendants(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [d for child in map(int, out) for d in (child, *_descendants(child))]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
 
 
 # ---- a W&B public API made of offline runs -----------------------------------------------------------

@@ -32,6 +32,7 @@ from vit_lightning.compat.wandb import env_mode
 from vit_lightning.record import RunRecord, read_record
 
 MODES = ("auto", "online", "offline", "off")
+STEP_KEY = "trainer/global_step"  # the step Lightning's WandbLogger adds to each history row
 
 
 def under_agent() -> bool:
@@ -139,26 +140,81 @@ def guarded(call, *args, **kwargs):
         if not isinstance(error, OSError) and not type(error).__module__.startswith("wandb"):
             raise  # a bug of ours, not a lost connection
         _Service.gone = True
-        print(f"vit-ablate fit: W&B's service process is gone ({one_line(error)}); the W&B run stops here, "
-              "the run record goes on", file=sys.stderr, flush=True)
+        print(f"vit-ablate fit: W&B's service process is gone ({one_line(error)}); the run goes on, and its W&B "
+              "run gets this attempt from a new service when it ends", file=sys.stderr, flush=True)
         return None
 
 
 class GuardedWandbLogger(WandbLogger):
-    """Lightning's WandbLogger whose history writes outlive wandb's service process (see `guarded`).
+    """Lightning's WandbLogger whose W&B run outlives wandb's service process (see `guarded`).
+
+    It keeps what it sent this attempt (history rows, config, summary, preempting): wandb-core buffers its
+    run file in memory, so one killed by SIGTERM leaves none of it on disk or on a server. When the service
+    is gone at the end, `close` resumes the same run id in a new service and sends it what the dead one lost,
+    then the exit record: the run says preempting, not crashed, and W&B requeues it.
 
     Under a W&B agent the sweep's own keys are already in the run's config, locked by the sweep: they
     are not logged again (wandb would warn once per key that the update is ignored).
     """
 
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.options = options
+        self.rows: list[dict[str, Any]] = []
+        self.config: dict[str, Any] = {}
+        self.last_summary: dict[str, Any] = {}
+        self.preempting = False
+
     @override
     def log_metrics(self, metrics, step=None) -> None:
+        self.rows.append(dict(metrics, **({STEP_KEY: step} if step is not None else {})))  # as Lightning logs it
         guarded(super().log_metrics, metrics, step)
 
     @override
     def log_hyperparams(self, params) -> None:
         swept = sweep_params() or {}
-        guarded(super().log_hyperparams, {k: v for k, v in dict(params).items() if k not in swept})
+        params = {k: v for k, v in dict(params).items() if k not in swept}
+        self.config.update(params)
+        guarded(super().log_hyperparams, params)
+
+    def update_summary(self, values: dict[str, Any]) -> None:
+        self.last_summary.update(values)
+        guarded(self.experiment.summary.update, values)
+
+    def mark_preempting(self) -> None:
+        self.preempting = True
+        guarded(self.experiment.mark_preempting)
+
+    def close(self, exit_code: int) -> None:
+        """End the W&B run; with the service gone, first resend this attempt to the same run in a new service."""
+        if _Service.gone:
+            self._resend(exit_code)
+        finish(exit_code)
+
+    def _resend(self, exit_code: int) -> None:
+        import wandb
+
+        dead = self.experiment  # its id, project and entity are local facts, the service is not asked
+        with contextlib.suppress(Exception):
+            wandb.teardown()  # drops the dead connection (and wandb's atexit teardown)
+        _Service.gone = False
+        init = {"name": self.options.get("name"), "dir": self.options.get("save_dir"), "mode": self.options["mode"],
+                "project": dead.project, "entity": dead.entity or None, "id": dead.id,
+                "group": self.options.get("group"), "tags": self.options.get("tags")}
+        # SLURM sends SIGKILL KillWait (default 30 s) after SIGTERM: a short init, the run record is written already
+        run = guarded(wandb.init, **init, resume="allow", settings=wandb.Settings(init_timeout=20))
+        if run is None:
+            return
+        known = guarded(run.summary.get, STEP_KEY)  # how far a server's copy of the run goes (offline: nowhere)
+        guarded(run.config.update, self.config, allow_val_change=True)
+        for row in self.rows:
+            if known is None or row.get(STEP_KEY, known + 1) > known:
+                guarded(run.log, row)
+        guarded(run.summary.update, self.last_summary)
+        if self.preempting:
+            guarded(run.mark_preempting)
+        print(f"vit-ablate fit: W&B run {dead.id} resumed in a new service process and given this attempt's "
+              f"{len(self.rows)} history rows", file=sys.stderr, flush=True)
 
 
 def finish(exit_code: int) -> None:
@@ -218,19 +274,19 @@ class WandbSummary(pl.Callback):
         for wandb_logger in _wandb_loggers(trainer):
             if isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
                 # stopped, not broken: W&B requeues a preempting sweep run that exits non-zero
-                guarded(wandb_logger.experiment.mark_preempting)
+                wandb_logger.mark_preempting()
         self._mirror(trainer)
 
     def _mirror(self, trainer: pl.Trainer) -> None:
         for wandb_logger in _wandb_loggers(trainer):
-            guarded(wandb_logger.experiment.summary.update, summary(self.record.record))
+            wandb_logger.update_summary(summary(self.record.record))
 
 
-def _wandb_loggers(trainer: pl.Trainer) -> list[WandbLogger]:
+def _wandb_loggers(trainer: pl.Trainer) -> list[GuardedWandbLogger]:
     """The trainer's W&B loggers on rank 0 (the other ranks have no W&B run)."""
     if not trainer.is_global_zero:
         return []
-    return [logger_ for logger_ in trainer.loggers if isinstance(logger_, WandbLogger)]
+    return [logger_ for logger_ in trainer.loggers if isinstance(logger_, GuardedWandbLogger)]
 
 
 class RunCSVLogger(Logger):
@@ -294,5 +350,5 @@ class RunCSVLogger(Logger):
 
 def finish_wandb(trainer: pl.Trainer) -> None:
     """Close the W&B run Lightning opened on rank 0, so a later fit in this process starts its own."""
-    if trainer.is_global_zero and any(isinstance(logger, WandbLogger) for logger in trainer.loggers):
-        finish(exit_code=1 if trainer.state.status.value == "interrupted" else 0)
+    for wandb_logger in _wandb_loggers(trainer):
+        wandb_logger.close(exit_code=1 if trainer.state.status.value == "interrupted" else 0)
