@@ -354,7 +354,7 @@ class ViTDataModule(pl.LightningDataModule):
         """name: mnist5k | cifar10 | cifar100 | imagefolder | synthetic; random_crop/flip=None: the dataset's default."""
         super().__init__()
         self.save_hyperparameters()
-        _check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha)
+        check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha)
         # Constructing the source checks the data is there, so a bad root fails before any training.
         self.source = SOURCES[name](root, download, val_split, split_seed)
         self._img_size = img_size or self.source.native_size
@@ -443,8 +443,8 @@ class ViTDataModule(pl.LightningDataModule):
         return self.mixer(x, y)
 
 
-def _check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha) -> None:
-    """Reject bad options with one line, before anything is loaded."""
+def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, **_) -> None:
+    """Reject bad options with one line, before anything is loaded (the sweep checks its trials with it)."""
     if name not in SOURCES:
         raise ValueError(f"unknown data.name {name!r}; valid: {', '.join(SOURCES)}")
     if batch_size < 1 or num_workers < 0:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 from typing import Any
 
 import yaml
 
 from vit_lightning.defaults import demo_patch
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize
-from vit_lightning.sweep.expand import METHODS, SWEEP_KEYS, distribution
+from vit_lightning.sweep.expand import METHODS, SWEEP_KEYS, distribution, render_args
 
 
 class SweepError(ValueError):
@@ -38,43 +39,6 @@ def load_yaml(text: str):
     return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
-@functools.lru_cache(maxsize=1)
-def choices() -> dict[str, tuple]:
-    """Option -> allowed values, read from the model, data and module code (never a copy here)."""
-    from vit_lightning.data import DATASETS
-    from vit_lightning.model import (
-        ARCHS,
-        ENCODINGS,
-        HEADS,
-        INJECTIONS,
-        POOLINGS,
-        STEMS,
-        SWIN_ENCODINGS,
-        SWIN_VARIANTS,
-        VARIANTS,
-    )
-    from vit_lightning.module import OPTIMIZERS, SCHEDULES
-
-    named = {
-        "model.pos_encoding": {**ENCODINGS, **SWIN_ENCODINGS}, "model.pos_injection": INJECTIONS,
-        "model.pooling": POOLINGS, "model.stem": STEMS, "model.head": HEADS, "model.arch": ARCHS,
-        "model.variant": {**VARIANTS, **SWIN_VARIANTS}, "data.name": DATASETS,
-        "model.optimizer": OPTIMIZERS, "model.schedule": SCHEDULES,
-    }
-    return {key: tuple(values) for key, values in named.items()}
-
-
-@functools.lru_cache(maxsize=1)
-def pos_rules() -> tuple[dict[str, tuple[str, ...]], str, str]:
-    """(encoding -> allowed injections, default encoding, default injection) from the model."""
-    from vit_lightning.model import ENCODINGS, SWIN_ENCODINGS, ViTConfig
-
-    defaults = ViTConfig()  # the ViT's resolved defaults
-    rules = {name: encoding.injections for name, encoding in ENCODINGS.items()}
-    rules.update({name: ("stem",) for name in SWIN_ENCODINGS if name not in rules})  # Swin's, at its stem only
-    return rules, defaults.pos_encoding, defaults.pos_injection
-
-
 def check_structure(config: Any) -> None:
     """Top-level keys, method, metric and command are what `wandb sweep` accepts."""
     if not isinstance(config, dict):
@@ -98,51 +62,58 @@ def check_structure(config: Any) -> None:
         raise SweepError(f"run_cap must be a positive integer, got {cap!r}")
 
 
-def possible_values(name: str, spec: dict) -> list | None:
-    """The finite set of values a parameter can take, None for a continuous distribution."""
-    dist, filled = distribution(name, spec)
+def edge_values(dist: str, spec: dict) -> list:
+    """The values of one parameter that stand for all it can take: every value of a list, a range's two ends, a
+    normal's or beta's centre (quantised as the sweep would)."""
     if dist == "constant":
-        return [filled["value"]]
+        return [spec["value"]]
     if dist.startswith("categorical"):
-        return list(filled["values"])
-    return None
+        return list(spec["values"])
+    if "min" in spec:
+        ends = [spec["min"], spec["max"]]
+        if dist in ("log_uniform", "q_log_uniform"):  # bounds in log space
+            ends = [math.exp(x) for x in ends]
+    elif "mu" in spec:
+        ends = [math.exp(spec["mu"]) if "log" in dist else spec["mu"]]
+    else:
+        ends = [spec["a"] / (spec["a"] + spec["b"])]
+    return [round(x / spec["q"]) * spec["q"] for x in ends] if dist.startswith("q_") else ends
 
 
 def check_parameters(params: dict, known: set[str] | None) -> None:
-    """Every key is a fit option and every value one the model/data accept."""
+    """Every key is a fit option, and every value the sweep can give it passes fit's own checks (`check_space`)."""
     if not isinstance(params, dict) or not params:
         raise SweepError("sweep needs a non-empty 'parameters' mapping")
-    allowed = choices()
+    space = {}
     for name in sorted(params):
         if name == TRIAL_KEY:
             raise SweepError(f"{TRIAL_KEY} is handed to each trial by the sweep runner; remove it from the sweep")
         if known is not None and name not in known:
             raise SweepError(f"unknown key {name!r}: not an option of `vit-ablate fit` ({suggest(name, known)})")
         try:
-            values = possible_values(name, params[name])
+            space[name] = edge_values(*distribution(name, params[name]))
         except ValueError as err:
             raise SweepError(str(err)) from None
-        if name in allowed:
-            if values is None:
-                raise SweepError(f"{name} takes one of {', '.join(map(str, allowed[name]))}; sweep it with values:")
-            for value in values:
-                if value not in allowed[name]:
-                    raise SweepError(f"{name}={value!r} is not allowed; choose from: {', '.join(map(str, allowed[name]))}")
-    check_pos_cells(params)
+    check_space(space)
 
 
-def check_pos_cells(params: dict) -> None:
-    """Every pos_encoding x pos_injection pair the sweep can produce is one the model allows."""
-    rules, enc_default, inj_default = pos_rules()
-    enc, inj = "model.pos_encoding", "model.pos_injection"
-    encs = possible_values(enc, params[enc]) if enc in params else [enc_default]
-    injs = possible_values(inj, params[inj]) if inj in params else [inj_default]
-    for enc, inj in itertools.product(encs or [], injs or []):
-        if inj not in rules.get(enc, ()):
-            raise SweepError(
-                f"model.pos_encoding={enc} with model.pos_injection={inj} is not allowed; "
-                f"{enc} allows pos_injection: {', '.join(rules.get(enc, ()))}"
-            )
+POSITION = ("model.pos_encoding", "model.pos_injection")  # a pair the model allows or not (ViTConfig's rules)
+
+
+def check_space(space: dict[str, list]) -> None:
+    """Each value of each parameter checked as one trial is (`check_trial`: fit's parser, the data module's and the
+    model's own checks), the other parameters at their first value; every position encoding x injection pair too.
+    Nothing here restates a rule: a value is good when fit would take it."""
+    base = {name: values[0] for name, values in space.items()}
+    variants = [{name: value} for name, values in space.items() for value in values[1:]]
+    if all(key in space for key in POSITION):
+        variants += [dict(zip(POSITION, pair)) for pair in itertools.product(*(space[key] for key in POSITION))]
+    for changed in [{}, *variants]:
+        try:
+            check_trial(render_args({**base, **changed}))
+        except SweepError as err:
+            label = " with ".join(f"{key}={value}" for key, value in changed.items())
+            raise SweepError(f"{label}: {err}" if label else str(err)) from None
 
 
 def suggest(name: str, known: set[str]) -> str:
@@ -177,13 +148,19 @@ def known_keys() -> set[str]:
 
 
 def check_trial(args: list[str]) -> None:
-    """One trial's `${args}` as fit would take them: types, choices, a budget that trains, a model that builds."""
+    """One trial's `${args}` as fit would take them: types, choices, a budget that trains, data options the data
+    module takes, a model that builds (no data read, no memory used)."""
+    from vit_lightning.data import check_options
     from vit_lightning.train import settings_error
 
     namespace = parse_trial(args)
     flat = {key: normalize(value) for key, value in flatten(namespace.as_dict()).items()}
     if error := settings_error(flat):
         raise SweepError(error)
+    try:
+        check_options(**namespace.data.as_dict())
+    except ValueError as err:
+        raise SweepError(" ".join(str(err).split())) from None
     check_model(namespace)
 
 
