@@ -80,3 +80,77 @@ def only_record():
         assert len(paths) == 1, f"expected one run record under {root}, found {[str(p) for p in paths]}"
         return paths[0], json.loads(paths[0].read_text())
     return read
+
+
+# ---- a stand-in for `vit-ablate fit` (no torch) for the local sweep backend's tests --------------------
+STAND_IN_FIT = r'''
+import json, os, pathlib, signal, sys, time
+import yaml
+cfg = {k: yaml.safe_load(v) for k, v in (a[2:].split("=", 1) for a in sys.argv[1:])}
+name = cfg["run.trial"]  # as fit does: the id the runner hands it names the run dir and goes into the record
+run = pathlib.Path(cfg["run.root"]) / cfg["run.ablation"] / cfg["run.profile"] / name
+run.mkdir(parents=True, exist_ok=True)
+marker = pathlib.Path(os.environ["FAKE_MARKER"])
+note = lambda text: marker.open("a").write(f"{text} {name}\n")
+note("start")
+record = run / "results.json"
+if record.exists() and json.loads(record.read_text())["status"] == "completed":
+    sys.exit(0)
+def stop(signum, frame):
+    note(f"signal{signum}")
+    sys.exit(128 + signum)
+signal.signal(signal.SIGINT, stop)
+signal.signal(signal.SIGTERM, stop)
+time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+gate = os.environ.get("FAKE_GATE")  # hold here until the test opens the gate (creates the file)
+while gate and not os.path.exists(gate):
+    time.sleep(0.05)
+failed = cfg.get("model.lr") == 0.5 and not os.environ.get("FAKE_FIXED")
+record.write_text(json.dumps({"status": "failed" if failed else "completed", "config": cfg, "trial": name,
+                              "error": "ValueError: boom" if failed else None, "started_at": "t"}))
+note("end")
+sys.exit(1 if failed else 0)
+'''
+
+
+
+class StandIn:
+    """A sweep of the stand-in fit under tmp_path: each trial notes start/signal/end in marker.txt and writes a
+    record; lr 0.5 fails unless FAKE_FIXED is set (FAKE_SLEEP, FAKE_GATE hold it)."""
+
+    def __init__(self, tmp_path):
+        self.tmp_path = tmp_path
+        self.marker = tmp_path / "marker.txt"
+
+    def sweep(self, lrs=(0.1, 0.2)) -> str:
+        """The sweep YAML's path: lrs x (cls, gap), seed 0, run root tmp_path/runs, ablation fake."""
+        import yaml
+
+        fake = self.tmp_path / "fake_fit.py"
+        fake.write_text(STAND_IN_FIT)
+        config = {
+            "method": "grid", "metric": {"name": "val/acc_best", "goal": "maximize"}, "program": str(fake),
+            "command": ["${env}", "${interpreter}", "${program}", "${args}"],
+            "parameters": {"model.lr": {"values": list(lrs)}, "model.pooling": {"values": ["cls", "gap"]},
+                           "run.root": {"value": str(self.tmp_path / "runs")}, "run.ablation": {"value": "fake"},
+                           "run.profile": {"value": "demo"}, "seed_everything": {"value": 0}},
+        }
+        path = self.tmp_path / "fake.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return str(path)
+
+    def events(self) -> list[str]:
+        """The trials' notes so far, oldest first ("start NAME", "signal15 NAME", "end NAME")."""
+        return self.marker.read_text().split("\n")[:-1] if self.marker.exists() else []
+
+    def state(self) -> dict:
+        """The local backend's state file: trial id -> its status, attempts, pid, error."""
+        from vit_lightning.sweep import local
+
+        return json.loads((self.tmp_path / "runs" / "fake" / "demo" / local.STATE).read_text())["trials"]
+
+
+@pytest.fixture
+def stand_in(tmp_path):
+    """A StandIn under this test's tmp_path."""
+    return StandIn(tmp_path)

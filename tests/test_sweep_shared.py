@@ -13,7 +13,6 @@ from collections import Counter
 from pathlib import Path
 
 import yaml
-from test_sweep_local import events, make_sweep, state
 
 from vit_lightning.sweep import cli, local, trials
 
@@ -33,24 +32,24 @@ def wait_for(condition, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-def assert_each_trained_once(tmp_path: Path, sweep: str) -> None:
+def assert_each_trained_once(stand_in, tmp_path: Path, sweep: str) -> None:
     """Every trial ran to its end exactly once; the shared state and the records agree."""
     ids = trial_ids(sweep)
-    assert Counter(e.split()[1] for e in events(tmp_path) if e.startswith("end")) == Counter(ids)
-    assert {k: (v["status"], v["attempts"]) for k, v in state(tmp_path).items()} == {i: ("completed", 1) for i in ids}
+    assert Counter(e.split()[1] for e in stand_in.events() if e.startswith("end")) == Counter(ids)
+    assert {k: (v["status"], v["attempts"]) for k, v in stand_in.state().items()} == {i: ("completed", 1) for i in ids}
     run_dir = tmp_path / "runs" / "fake" / "demo"
     assert {i: json.loads((run_dir / i / "results.json").read_text())["status"] for i in ids} == dict.fromkeys(
         ids, "completed")
 
 
 # --- two sweeps, one run root --------------------------------------------------------------------------
-def test_a_second_sweep_started_later_skips_the_trial_the_first_one_trains(tmp_path):
-    sweep, gate = make_sweep(tmp_path), tmp_path / "gate"
+def test_a_second_sweep_started_later_skips_the_trial_the_first_one_trains(stand_in, tmp_path):
+    sweep, gate = stand_in.sweep(), tmp_path / "gate"
     env = {**os.environ, "FAKE_MARKER": str(tmp_path / "marker.txt")}
     first = subprocess.Popen(sweep_command(sweep), env={**env, "FAKE_GATE": str(gate)}, stderr=subprocess.PIPE,
                              text=True)
     try:
-        wait_for(lambda: events(tmp_path))  # the first sweep's trial 1 is running (held at the gate)
+        wait_for(lambda: stand_in.events())  # the first sweep's trial 1 is running (held at the gate)
         second = subprocess.run(sweep_command(sweep), env=env, capture_output=True, text=True, timeout=300)
     finally:
         gate.touch()
@@ -59,25 +58,25 @@ def test_a_second_sweep_started_later_skips_the_trial_the_first_one_trains(tmp_p
     assert second.returncode == 0 and "trial 1/4 skipped: " in second.stderr, second.stderr
     assert "1 left to another process" in second.stderr
     assert first.returncode == 0 and err.count("skipped: done in the meantime") == 3, err
-    assert_each_trained_once(tmp_path, sweep)
+    assert_each_trained_once(stand_in, tmp_path, sweep)
     again = subprocess.run(sweep_command(sweep), env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "4 done, 0 to run" in again.stderr
 
 
-def test_two_sweeps_started_together_train_each_trial_once(tmp_path):
-    sweep = make_sweep(tmp_path, lrs=(0.1, 0.2, 0.3))
+def test_two_sweeps_started_together_train_each_trial_once(stand_in, tmp_path):
+    sweep = stand_in.sweep(lrs=(0.1, 0.2, 0.3))
     env = {**os.environ, "FAKE_MARKER": str(tmp_path / "marker.txt"), "FAKE_SLEEP": "0.5"}
     procs = [subprocess.Popen(sweep_command(sweep, "--parallel", "2"), env=env, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     outputs = [proc.communicate(timeout=300)[1] for proc in procs]
     assert {proc.returncode for proc in procs} <= {0, 1}, outputs
-    assert_each_trained_once(tmp_path, sweep)
+    assert_each_trained_once(stand_in, tmp_path, sweep)
 
 
-def test_the_run_root_spelled_two_ways_is_one_run_root(tmp_path, monkeypatch, capsys):
+def test_the_run_root_spelled_two_ways_is_one_run_root(stand_in, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAKE_MARKER", str(tmp_path / "marker.txt"))
-    config = yaml.safe_load(Path(make_sweep(tmp_path)).read_text())
+    config = yaml.safe_load(Path(stand_in.sweep()).read_text())
     spelled = {}
     for name, root in [("relative", "runs"), ("absolute", str(tmp_path / "runs")), ("dotted", "./runs/../runs")]:
         config["parameters"]["run.root"] = {"value": root}
@@ -87,24 +86,24 @@ def test_the_run_root_spelled_two_ways_is_one_run_root(tmp_path, monkeypatch, ca
     capsys.readouterr()
     assert cli.main([str(spelled["absolute"]), str(spelled["dotted"]), "--backend", "local"]) == 0
     assert "[sweep] 4 trials: 4 done, 0 to run" in capsys.readouterr().err  # one set of trials, all done
-    assert sum(e.startswith("end") for e in events(tmp_path)) == 4
+    assert sum(e.startswith("end") for e in stand_in.events()) == 4
 
 
 # --- a trial stopped alone ----------------------------------------------------------------------------------
-def test_sigterm_to_the_trial_alone_leaves_it_interrupted_and_a_plain_rerun_resumes_it(tmp_path, monkeypatch):
-    sweep, gate = make_sweep(tmp_path), tmp_path / "gate"
+def test_sigterm_to_the_trial_alone_leaves_it_interrupted_and_a_plain_rerun_resumes_it(stand_in, tmp_path, monkeypatch):
+    sweep, gate = stand_in.sweep(), tmp_path / "gate"
     monkeypatch.setenv("FAKE_MARKER", str(tmp_path / "marker.txt"))
     monkeypatch.setenv("FAKE_GATE", str(gate))
 
     def running() -> list[int]:
-        return [t["pid"] for t in state(tmp_path).values() if t.get("status") == "running"]
+        return [t["pid"] for t in stand_in.state().values() if t.get("status") == "running"]
 
     def preempt_the_first_trial():
         try:  # the trial may log its start before the runner records it as running: wait for both
-            wait_for(lambda: events(tmp_path) and running())
+            wait_for(lambda: stand_in.events() and running())
             [pid] = running()
             os.killpg(pid, signal.SIGTERM)  # the trial's process group, not the sweep (pre-emption, OOM-killer style)
-            wait_for(lambda: len(events(tmp_path)) == 2)
+            wait_for(lambda: len(stand_in.events()) == 2)
         finally:
             gate.touch()  # never leave the next trial waiting, whatever happened here
 
@@ -113,27 +112,27 @@ def test_sigterm_to_the_trial_alone_leaves_it_interrupted_and_a_plain_rerun_resu
     assert cli.main([sweep, "--backend", "local"]) == 1  # not every trial is done yet
     thread.join()
     first = trial_ids(sweep)[0]
-    assert events(tmp_path)[:2] == [f"start {first}", f"signal15 {first}"]
-    saved = state(tmp_path)
+    assert stand_in.events()[:2] == [f"start {first}", f"signal15 {first}"]
+    saved = stand_in.state()
     assert (saved[first]["status"], saved[first]["error"]) == ("interrupted", "stopped by SIGTERM")
     assert cli.main([sweep, "--backend", "local"]) == 0  # no --retry-failed: it was interrupted, not failed
-    assert [e for e in events(tmp_path) if e.startswith("end")].count(f"end {first}") == 1
+    assert [e for e in stand_in.events() if e.startswith("end")].count(f"end {first}") == 1
 
 
 # --- the runner itself fails ----------------------------------------------------------------------------------
-def test_a_read_only_run_root_stops_the_sweep_in_one_line(readonly_dir, tmp_path, monkeypatch, capsys):
+def test_a_read_only_run_root_stops_the_sweep_in_one_line(stand_in, readonly_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_MARKER", str(tmp_path / "marker.txt"))
-    config = yaml.safe_load(Path(make_sweep(tmp_path)).read_text())
+    config = yaml.safe_load(Path(stand_in.sweep()).read_text())
     config["parameters"]["run.root"] = {"value": str(readonly_dir / "runs")}
     (tmp_path / "ro.yaml").write_text(yaml.safe_dump(config))
     assert cli.main([str(tmp_path / "ro.yaml"), "--backend", "local"]) == 1
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[sweep] 4 trials")]
     assert len(err) == 1 and err[0].startswith(f"vit-ablate sweep: error: {readonly_dir / 'runs'}: "), err
-    assert events(tmp_path) == []  # nothing started
+    assert stand_in.events() == []  # nothing started
 
 
-def test_a_trial_that_cannot_be_launched_stops_the_sweep_in_one_line(tmp_path, capsys):
-    config = yaml.safe_load(Path(make_sweep(tmp_path)).read_text())
+def test_a_trial_that_cannot_be_launched_stops_the_sweep_in_one_line(stand_in, tmp_path, capsys):
+    config = yaml.safe_load(Path(stand_in.sweep()).read_text())
     config["command"] = [str(tmp_path / "no-such-program"), "${args}"]
     (tmp_path / "missing.yaml").write_text(yaml.safe_dump(config))
     assert cli.main([str(tmp_path / "missing.yaml"), "--backend", "local"]) == 1
@@ -160,12 +159,12 @@ def _failing_state_write(monkeypatch, when: str, started: list):
     monkeypatch.setattr(local.Supervisor, "start", start_and_keep)
 
 
-def test_a_state_write_that_fails_stops_the_sweep_and_its_running_trial(tmp_path, monkeypatch, capsys):
+def test_a_state_write_that_fails_stops_the_sweep_and_its_running_trial(stand_in, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_MARKER", str(tmp_path / "marker.txt"))
     monkeypatch.setenv("FAKE_GATE", str(tmp_path / "never"))  # the trial would run until stopped
     started: list[subprocess.Popen] = []
     _failing_state_write(monkeypatch, "running", started)
-    sweep = make_sweep(tmp_path)
+    sweep = stand_in.sweep()
     assert cli.main([sweep, "--backend", "local"]) == 1
     err = capsys.readouterr().err.splitlines()
     state_path = tmp_path / "runs" / "fake" / "demo" / local.STATE
@@ -173,27 +172,27 @@ def test_a_state_write_that_fails_stops_the_sweep_and_its_running_trial(tmp_path
                        "its trials with it")
     # stopped (before or after it set up its handler) and reaped
     assert len(started) == 1 and started[0].returncode in (-signal.SIGTERM, 128 + signal.SIGTERM)
-    assert not any(e.startswith("end") for e in events(tmp_path))
+    assert not any(e.startswith("end") for e in stand_in.events())
 
 
-def test_a_state_write_that_fails_after_a_trial_stops_the_sweep(tmp_path, monkeypatch, capsys):
+def test_a_state_write_that_fails_after_a_trial_stops_the_sweep(stand_in, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_MARKER", str(tmp_path / "marker.txt"))
     started: list[subprocess.Popen] = []
     _failing_state_write(monkeypatch, "completed", started)
-    assert cli.main([make_sweep(tmp_path), "--backend", "local"]) == 1
+    assert cli.main([stand_in.sweep(), "--backend", "local"]) == 1
     assert capsys.readouterr().err.splitlines()[-1].endswith("No space left on device; the sweep stopped, "
                                                              "its trials with it")
-    assert len(started) == 1 and [e.split()[0] for e in events(tmp_path)] == ["start", "end"]
+    assert len(started) == 1 and [e.split()[0] for e in stand_in.events()] == ["start", "end"]
 
 
-def test_an_unreadable_state_file_is_replaced_with_a_warning(tmp_path, monkeypatch, capsys):
+def test_an_unreadable_state_file_is_replaced_with_a_warning(stand_in, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_MARKER", str(tmp_path / "marker.txt"))
     path = tmp_path / "runs" / "fake" / "demo" / local.STATE
     path.parent.mkdir(parents=True)
     path.write_text('{"trials": {"x": {"sta')
-    assert cli.main([make_sweep(tmp_path), "--backend", "local"]) == 0
+    assert cli.main([stand_in.sweep(), "--backend", "local"]) == 0
     assert capsys.readouterr().err.count(f"[sweep] {path} is unreadable (JSONDecodeError: ") == 1
-    assert {t["status"] for t in state(tmp_path).values()} == {"completed"} and len(state(tmp_path)) == 4
+    assert {t["status"] for t in stand_in.state().values()} == {"completed"} and len(stand_in.state()) == 4
 
 
 # --- nothing runs from the working directory -------------------------------------------------------------------
