@@ -429,3 +429,16 @@ def test_every_package_is_installed():
     found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "vit_lightning").rglob("__init__.py")}
     assert set(setup["packages"]) == found | {"vit_lightning.ablations"}
     assert setup["package-dir"] == {"vit_lightning.ablations": "ablations"}
+
+
+def test_a_set_that_changes_only_the_record_keeps_trial_names_and_says_so(tmp_path, capsys):
+    """run.fewshot_every is not part of a trial's name: the note says finished trials are not trained again."""
+    sweep = write_sweep(tmp_path, {"model.lr": {"values": [0.001, 0.002]}})
+    code, plain, _ = run_cli([sweep, "--dry-run"], capsys)
+    code_set, with_set, err = run_cli([sweep, "--dry-run", "--set", "run.fewshot_every=2"], capsys)
+    assert code == code_set == 0
+    names = [line.split("--run.trial=")[1] for line in plain.splitlines() if "--run.trial=" in line]
+    assert names and names == [line.split("--run.trial=")[1] for line in with_set.splitlines() if "--run.trial=" in line]
+    assert "--set run.fewshot_every changes what a trial records" in err and "run.retrain=true" in err
+    _, _, err = run_cli([sweep, "--dry-run", "--set", "trainer.max_epochs=2"], capsys)
+    assert "changes what a trial records" not in err

@@ -136,11 +136,19 @@ def parse_override(text: str) -> tuple[str, object]:
     return key.strip(), parsed
 
 
+RECORDED_ONLY = ("run.fewshot_shots", "run.fewshot_every")  # fit options that change the record, not the training
+
+
 def prepare(args) -> list[dict]:
     """Load, override and validate every sweep config, before any trial starts."""
     configs = load_configs(args.targets, args.profile, args.ablations_dir)
     known = validate.known_keys()
     overrides = [parse_override(o) for o in args.overrides]
+    for key, _ in overrides:
+        if key in RECORDED_ONLY:  # not part of a trial's name (identity.NOT_IDENTITY): a finished trial stays done
+            print(f"vit-ablate sweep: --set {key} changes what a trial records, not what it trains: trials keep "
+                  "their names, and finished ones are not trained again for it (add --set run.retrain=true to "
+                  "train them again)", file=sys.stderr, flush=True)
     prepared = []
     for label, config in configs:
         config = copy.deepcopy(config)
