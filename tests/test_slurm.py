@@ -13,7 +13,7 @@ import pytest
 from slurm_cluster import Cluster, unavailable
 from tiny import TINY_MODEL
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]  # one cluster: every slurm test on one worker
 
 VIT = str(Path(sys.executable).with_name("vit-ablate"))
 TINY = [*TINY_MODEL, "--data.batch_size=8", "--trainer.limit_val_batches=2", "--run.fewshot_shots=[]",

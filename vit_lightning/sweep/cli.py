@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -205,13 +206,9 @@ def print_local_sbatch(configs: list[dict], args) -> int:
     """A job script whose array tasks run the local backend on this run root (a filesystem every node shares)."""
     gpus = args.parallel if uses_gpus(configs) else 0  # one GPU per slot, as --parallel splits the job's GPUs
     checked_trials(configs, args, gpus=1 if gpus else 0)  # every trial checked now, as the job will check them
-    argv = [*jobscript.vit_ablate_command(), "sweep", *args.targets, "--backend", "local", "--parallel", str(args.parallel)]
-    options = [("--profile", args.profile), ("--count", args.count),
-               ("--ablations-dir", args.ablations_dir and args.ablations_dir.resolve())]
-    argv += [str(x) for key, value in options if value is not None for x in (key, value)]
-    argv += [flag for flag, on in (("--retry-failed", args.retry_failed), ("--fresh-processes", args.fresh_processes))
+    flags = [flag for flag, on in (("--retry-failed", args.retry_failed), ("--fresh-processes", args.fresh_processes))
              if on]
-    argv += [x for override in args.overrides for x in ("--set", override)]
+    argv = job_argv(args, "local", [("--parallel", args.parallel)], flags)
     name = job_name(args)
     shares = ("Every task of this script (sbatch --array=1-N) takes the trials no other live process holds "
               "on this run root.")
@@ -246,7 +243,11 @@ def run_wandb(configs: list[dict], args) -> int:
         name = job_name(args)
         cpus = job_cpus(configs, args.agents or 1, args.gpus_per_agent or 1)
         shares = "Every job (and array task) of this script joins the same W&B sweeps, each on its own node."
-        return print_lines([jobscript.sbatch_script(job_argv(args, paths), name, gpus, cpus, shares)])
+        entity = args.entity or (paths[0].split("/")[0] if paths and paths[0].count("/") == 2 else None)
+        argv = job_argv(args, "wandb", [("--project", args.project), ("--entity", entity), ("--agents", args.agents),
+                                        ("--gpus-per-agent", args.gpus_per_agent),
+                                        *(("--sweep-id", path) for path in paths)])
+        return print_lines([jobscript.sbatch_script(argv, name, gpus, cpus, shares)])
     agents = wandb_backend.agent_commands(paths, groups, args.count, wandb_backend.wandb_command())
     return wandb_backend.run_agents(agents, args.stagger)
 
@@ -267,18 +268,14 @@ def uses_gpus(configs: list[dict]) -> bool:
     return any(c["parameters"].get("trainer.accelerator", {}).get("value") != "cpu" for c in configs)
 
 
-def job_argv(args, paths: list[str]) -> list[str]:
-    """The `vit-ablate sweep` command a job script runs: these sweeps by id, the same settings, GPUs found when run."""
-    argv = [*jobscript.vit_ablate_command(), "sweep", *args.targets, "--backend", "wandb",
-            "--project", args.project]
-    entity = args.entity or (paths[0].split("/")[0] if paths and paths[0].count("/") == 2 else None)
-    options = [("--profile", args.profile), ("--entity", entity), ("--agents", args.agents),
-               ("--gpus-per-agent", args.gpus_per_agent), ("--count", args.count),
-               ("--ablations-dir", args.ablations_dir and args.ablations_dir.resolve())]
+def job_argv(args, backend: str, options: list[tuple[str, Any]], flags: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The `vit-ablate sweep` command a job script runs: this command's sweeps, profile, count, ablations folder
+    and --set, with the backend's own options (None: left out) and flags."""
+    argv = [*jobscript.vit_ablate_command(), "sweep", *args.targets, "--backend", backend]
+    options = [("--profile", args.profile), ("--count", args.count),
+               ("--ablations-dir", args.ablations_dir and args.ablations_dir.resolve()), *options]
     argv += [str(x) for key, value in options if value is not None for x in (key, value)]
-    argv += [x for path in paths for x in ("--sweep-id", path)]
-    argv += [x for override in args.overrides for x in ("--set", override)]
-    return argv
+    return [*argv, *flags, *(x for override in args.overrides for x in ("--set", override))]
 
 
 def print_trial_config(all_trials: list[trials.Trial], number: int) -> int:
