@@ -76,6 +76,7 @@ def logger(directory: Path, config: dict, previous: dict | None = None) -> Wandb
     chosen = mode(config["run.wandb"])
     if not chosen:
         return None
+    _Service.gone = False  # a new run: wandb.init starts a service if an earlier fit of this process lost its one
     previous = (read_record(directory) if previous is None else previous) or {}
     before = previous.get("wandb") or {}
     unfinished = bool(before.get("run_id")) and previous.get("status") not in FINAL and not config["run.retrain"]
