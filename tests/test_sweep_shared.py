@@ -102,8 +102,9 @@ def test_sigterm_to_the_trial_alone_leaves_it_interrupted_and_a_plain_rerun_resu
         try:  # the trial may log its start before the runner records it as running: wait for both
             wait_for(lambda: stand_in.events() and running())
             [pid] = running()
+            first = stand_in.events()[0].split()[1]
             os.killpg(pid, signal.SIGTERM)  # the trial's process group, not the sweep (pre-emption, OOM-killer style)
-            wait_for(lambda: len(stand_in.events()) == 2)
+            wait_for(lambda: f"signal15 {first}" in stand_in.events())  # the next trial may start right after
         finally:
             gate.touch()  # never leave the next trial waiting, whatever happened here
 
