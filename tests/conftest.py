@@ -6,9 +6,15 @@ import signal
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("WANDB_SILENT", "true")
 
+# The test processes (`pytest -n 2`) share the cores: each computes on its share, and so do the fits it starts. An
+# oversubscribed torch spins instead of waiting (on 2 cores, a third busy thread beside the suite took it from 7.3 to
+# 18.6 minutes).
+_THREADS = max(1, min(2, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
+
 import torch  # noqa: E402
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+torch.set_num_threads(_THREADS)
 
 # A shell starts a background job with SIGINT ignored, and Python then installs no KeyboardInterrupt handler, in
 # this process or in the fits the tests start: Ctrl-C tests would see a run that ignores SIGINT. Give them a terminal's.
