@@ -486,3 +486,41 @@ def test_a_local_resume_continues_the_w_and_b_run_in_its_own_project_and_entity(
     write_record(tmp_path, {"status": "completed", "wandb": {"run_id": "r123", "project": "sweep-proj"}})
     init = loggers.logger(tmp_path, config)._wandb_init
     assert not init.get("id") and init["project"] == "vit-lightning" and not init.get("entity")  # a new run
+
+
+def test_a_resend_after_the_service_died_skips_the_rows_a_server_already_has(monkeypatch, capsys):
+    """Online, the resumed run's summary says how far the server got: only the rows past it are sent again."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    import wandb
+
+    from vit_lightning import loggers
+
+    monkeypatch.setattr(loggers._Service, "gone", False)  # restored after the test, whatever happens in it
+    logger = loggers.GuardedWandbLogger(mode="online", name="trial", save_dir="/tmp/x", project="p", group="g",
+                                        tags=["g", "demo"])
+    dead = mock.MagicMock(id="r1", project="p", entity="team")
+    dead.log.side_effect = ConnectionResetError("Connection lost")  # the service died between two steps
+    logger._experiment = dead  # Lightning's cached run: no wandb.init
+    logger.log_hyperparams({"model.lr": 0.002})
+    for step in (9, 19, 29, 39):
+        logger.log_metrics({"train/loss": 1.0 / step}, step=step)
+    logger.update_summary({"status": "interrupted"})
+    logger.mark_preempting()
+    assert loggers._Service.gone
+    resumed = mock.MagicMock(summary=SimpleNamespace(get={"trainer/global_step": 19}.get, update=mock.MagicMock()))
+    init = mock.MagicMock(return_value=resumed)
+    monkeypatch.setattr(wandb, "init", init)
+    monkeypatch.setattr(wandb, "teardown", mock.MagicMock())
+    finish = mock.MagicMock()
+    monkeypatch.setattr(loggers, "finish", finish)
+    logger.close(exit_code=1)
+    kwargs = init.call_args.kwargs
+    assert (kwargs["id"], kwargs["project"], kwargs["entity"], kwargs["resume"]) == ("r1", "p", "team", "allow")
+    assert [c.args[0]["trainer/global_step"] for c in resumed.log.call_args_list] == [29, 39]
+    resumed.config.update.assert_called_once_with({"model.lr": 0.002}, allow_val_change=True)
+    resumed.summary.update.assert_called_once_with({"status": "interrupted"})
+    resumed.mark_preempting.assert_called_once_with()
+    finish.assert_called_once_with(1)
+    assert "resumed in a new service process" in capsys.readouterr().err
