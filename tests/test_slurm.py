@@ -106,7 +106,8 @@ def test_requeue_signal_a_second_apart_checkpoints_requeues_and_resumes_mid_epoc
     assert steps == sorted(set(steps)) and len(steps) == epochs * batches  # every step once, none twice
     assert "resuming from" in log and "hpc_ckpt" in log and "Traceback" not in log
     assert not list(run_dir.glob("hpc_ckpt_*.ckpt"))  # the requeue checkpoint is gone once the run completed
-    assert record["compute"]["train_images_per_s"] > 50
+    # seconds since boot counted as training gave 3.2; a busy 2-core machine trains this fit at 45 images/s and up
+    assert record["compute"]["train_images_per_s"] > 10
 
 
 def test_scancel_stops_both_ranks_with_a_checkpoint_and_the_same_sbatch_resumes(cluster, tmp_path):
