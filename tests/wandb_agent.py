@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -147,9 +149,6 @@ def offline_runs(root: Path) -> list[Path]:
 
 def stop_service(pid: int, timeout: float = 30) -> None:
     """SIGTERM the wandb-core under process pid and wait until it has exited, as when SLURM signals it first."""
-    import signal
-    import time
-
     core = [d for d in _descendants(pid) if "wandb-core" in _cmdline(d)]
     assert core, "no wandb-core under the trial"
     for d in core:
@@ -157,6 +156,7 @@ def stop_service(pid: int, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any("wandb-core" in _cmdline(d) for d in core):
         time.sleep(0.05)
+    assert not any("wandb-core" in _cmdline(d) for d in core), f"wandb-core still running {timeout:.0f} s after SIGTERM"
 
 
 def _descendants(pid: int) -> list[int]:
