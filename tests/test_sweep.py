@@ -205,18 +205,26 @@ def parse_line(line: str) -> dict:
     return dict(w[2:].split("=", 1) for w in words[2:])
 
 
-def test_dry_run_lists_every_table8_cell_and_ours(capsys):
+def dry_run_trials(capsys, *argv) -> list[dict]:
+    code, out, _ = run_cli(["pos_encoding", "--dry-run", *argv], capsys)
+    assert code == 0
+    return [parse_line(x) for x in out.strip().splitlines()]
+
+
+def test_dry_run_lists_every_table8_cell_and_demo_all_ours_too(capsys):
     from vit_lightning.model import ENCODINGS
 
-    code, out, _ = run_cli(["pos_encoding", "--dry-run"], capsys)
-    assert code == 0
-    lines = out.strip().splitlines()
-    trials = [(a["model.pos_encoding"], a["model.pos_injection"], a["seed_everything"]) for a in map(parse_line, lines)]
-    cells = [trial[:2] for trial in trials]
-    assert len(trials) == len(set(trials)) == 11 * len(load("pos_encoding").profiles["demo"].seeds)
-    assert set(load("pos_encoding").reference) <= set(cells)  # every cell the paper ran
-    assert set(cells) == {(e, i) for e, enc in ENCODINGS.items() for i in enc.injections}  # plus ours
-    assert all(parse_line(x)["run.profile"] == "demo" for x in lines)
+    ablation = load("pos_encoding")
+    for profile, want in [("demo", set(ablation.reference)),  # the main job: the cells the paper ran
+                          ("demo_all", {(e, i) for e, enc in ENCODINGS.items() for i in enc.injections})]:
+        args = dry_run_trials(capsys, "--profile", profile)
+        trials = [(a["model.pos_encoding"], a["model.pos_injection"], a["seed_everything"]) for a in args]
+        assert len(trials) == len(set(trials)) == len(want) * len(ablation.profiles[profile].seeds)
+        assert {trial[:2] for trial in trials} == want
+        assert all(a["run.profile"] == profile for a in args)
+    assert len(want) == 11 and len(ablation.reference) == 8
+    seeds = {name: set(ablation.profiles[name].seeds) for name in ("demo", "replicate")}
+    assert len(seeds["demo"]) == len(seeds["replicate"]) == 7 and not seeds["demo"] & seeds["replicate"]
 
 
 def test_dry_run_set_overrides_every_trial(capsys):
