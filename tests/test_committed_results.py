@@ -45,3 +45,21 @@ def test_table_in_another_metric_regenerates(ablation, folder, metric, tmp_path)
     assert table_main(argv) == 0
     for name in TEXT_FILES:
         assert (out / name).read_bytes() == (committed / name).read_bytes(), f"{ablation}/{folder}/{name} differs"
+
+
+# Second draws of a demo (other seeds), each tabulated beside the first: (ablation, subfolder, profile)
+REPLICATES = [("pos_encoding", "replicate", "replicate")]
+
+
+@pytest.mark.parametrize("ablation, folder, profile", REPLICATES)
+def test_second_draw_regenerates_beside_the_first(ablation, folder, profile, tmp_path, monkeypatch):
+    committed = RESULTS / ablation / folder
+    first, out = tmp_path / "results" / ablation, tmp_path / "results" / ablation / folder
+    shutil.copytree(RESULTS / ablation / "records", first / "records")
+    shutil.copytree(committed / "records", out / "records")
+    monkeypatch.chdir(tmp_path)  # the table names the first draw as given: results/ABLATION
+    argv = [ablation, "--profile", profile, "--runs", "no-runs", "--out", str(out), "--no-figures",
+            "--compare-with", f"results/{ablation}"]
+    assert table_main(argv) == 0
+    for name in TEXT_FILES:
+        assert (out / name).read_bytes() == (committed / name).read_bytes(), f"{ablation}/{folder}/{name} differs"

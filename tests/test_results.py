@@ -35,18 +35,18 @@ def make(name: str, rows: str, cols: str | None, grids, reference=None, seeds=(0
 
 
 def write_run(root: Path, ab: Ablation, cell: dict, seed: int, acc: float | None, status="completed",
-              error=None, hour=10, history=None, compute=None, name=None, **config) -> str:
-    """Write runs/<ablation>/demo/<name>/results.json as the fit command would."""
+              error=None, hour=10, history=None, compute=None, name=None, profile="demo", **config) -> str:
+    """Write runs/<ablation>/<profile>/<name>/results.json as the fit command would."""
     name = name or "-".join(str(v) for v in cell.values()) + f"-s{seed}-{status}"
     record = {
-        "schema": 1, "name": name, "ablation": ab.name, "profile": "demo", "status": status,
-        "config": {"data.name": "mnist5k", "trainer.max_epochs": 3, "run.ablation": ab.name, "run.profile": "demo",
+        "schema": 1, "name": name, "ablation": ab.name, "profile": profile, "status": status,
+        "config": {"data.name": "mnist5k", "trainer.max_epochs": 3, "run.ablation": ab.name, "run.profile": profile,
                    "seed_everything": seed, **cell, **config},
         "metrics": {} if acc is None else {"val/acc": acc - 0.01, "val/acc_best": acc, "val/loss": 0.3},
         "history": history or [], "compute": compute or {}, "versions": {}, "wandb": None, "error": error,
         "started_at": f"2024-01-01T{hour:02d}:00:00", "finished_at": f"2024-01-01T{hour:02d}:30:00",
     }
-    path = root / ab.name / "demo" / name / "results.json"
+    path = root / ab.name / profile / name / "results.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
     return name
@@ -219,6 +219,75 @@ def pos_runs(root: Path) -> None:
     write_run(root, POS, bad, 0, 0.99, status="failed", error="CUDA out of memory\ntraceback ...")
     write_run(root, POS, bad, 1, None, status="diverged", error="loss is nan at step 7")
     write_run(root, POS, bad, 2, None, status="running")
+
+
+def test_compare_with_shows_both_draws_verdicts_against_the_baseline(tmp_path, monkeypatch, capsys):
+    """A second draw (other seeds) of the same cells: each cell's verdict in both, as separate Holm families."""
+    grids = [{ENC: ["none"], INJ: ["stem"]}, {ENC: ["learned_1d", "learned_2d", "relative_1d"], INJ: ["stem"]}]
+    ab = make("pos_encoding", ENC, INJ, grids, baseline={ENC: "none"})
+    demo = ab.profiles["demo"]
+    ab = dataclasses.replace(ab, profiles={"demo": demo, "replicate": dataclasses.replace(
+        demo, name="replicate", seeds=(3, 4, 5)), "other": dataclasses.replace(demo, name="other", grids=grids[:1])})
+    draws = {"demo": {"none": [0.50, 0.52, 0.51], "learned_1d": [0.80, 0.82, 0.81], "learned_2d": [0.55, 0.60, 0.52],
+                      "relative_1d": [0.50, 0.53, 0.49]},
+             "replicate": {"none": [0.51, 0.50, 0.52], "learned_1d": [0.79, 0.80, 0.81],
+                           "learned_2d": [0.60, 0.61, 0.60], "relative_1d": [0.52, 0.50, 0.51]}}
+    for name, accs in draws.items():
+        for enc, values in accs.items():
+            for seed, acc in zip(ab.profiles[name].seeds, values):
+                write_run(tmp_path / "runs", ab, {ENC: enc, INJ: "stem"}, seed, acc, profile=name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ablations, "load", lambda name, directory=None: ab)
+    assert cli.main(["pos_encoding", "--no-figures"]) == 0  # results/pos_encoding: the demo's draw
+    capsys.readouterr()
+    out = tmp_path / "results" / "replicate"
+
+    def replicate(*extra):
+        return cli.main(["pos_encoding", "--profile", "replicate", "--out", str(out), "--no-figures", *extra])
+
+    # bad input: one line each, exit 2, nothing written
+    demo_files = {p: p.read_bytes() for p in (tmp_path / "results").rglob("*") if p.is_file()}
+    cases = [(["--compare-with", "nowhere"], "found no pos_encoding records"),
+             (["--profile", "demo", "--compare-with", "results/pos_encoding"], "its profile 'demo' is this profile")]
+    for argv, why in cases:
+        assert cli.main(["pos_encoding", *argv, "--no-figures"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and why in err, err
+    no_base = dataclasses.replace(ab, baseline=None)
+    monkeypatch.setattr(ablations, "load", lambda name, directory=None: no_base)
+    assert replicate("--compare-with", "results/pos_encoding") == 2
+    assert "pos_encoding (layout 'grid') declares none" in capsys.readouterr().err
+    monkeypatch.setattr(ablations, "load", lambda name, directory=None: dataclasses.replace(
+        ab, profiles={**ab.profiles, "demo": dataclasses.replace(ab.profiles["other"], name="demo")}))
+    assert replicate("--compare-with", "results/pos_encoding") == 2
+    assert "its profile 'demo' has other cells" in capsys.readouterr().err
+    assert not out.exists() and {p: p.read_bytes() for p in (tmp_path / "results").rglob("*") if p.is_file()} == \
+        demo_files
+    monkeypatch.setattr(ablations, "load", lambda name, directory=None: ab)
+
+    assert replicate("--compare-with", "results/pos_encoding") == 0
+    md = (out / "table.md").read_text()
+    check_markdown(out / "table.md")
+    check_latex(out / "table.tex")
+    assert "`vit-ablate table pos_encoding --profile replicate --compare-with results/pos_encoding`" in md
+    section = md[md.index("## Verdicts against the baseline none/stem: this draw and demo's"):]
+    assert md_cells(section, "pos_encoding")[1:] == ["pos_injection", "Δ (seeds 3-5)", "Holm p", "verdict", "Δ (seeds 0-2)",
+                                                     "Holm p", "verdict", "same"]
+    others = ["learned_1d", "learned_2d", "relative_1d"]
+    for name, accs in draws.items():  # the expected verdicts, from scipy's Welch test and our Holm
+        adjusted = holm([welch_p(accs[e], accs["none"]) for e in others])
+        draws[name] = {e: "higher" if p < 0.05 and np.mean(accs[e]) > np.mean(accs["none"]) else "not shown"
+                       for e, p in zip(others, adjusted)}
+    assert draws["demo"]["learned_2d"] != draws["replicate"]["learned_2d"]  # the data make one verdict differ
+    for enc in others:
+        row = md_cells(section, enc)
+        assert (row[4], row[7]) == (draws["replicate"][enc], draws["demo"][enc])
+        assert row[8] == ("yes" if draws["demo"][enc] == draws["replicate"][enc] else "no")
+    assert md_cells(section, "learned_1d")[2] == "+{:.4f}".format(0.80 - 0.51)
+    agree = sum(draws["demo"][e] == draws["replicate"][e] for e in others)
+    assert (f"the verdicts against none/stem replicate in {agree} of 3 cells in the other draw (demo, seeds 0-2, "
+            f"records in results/pos_encoding); they differ for learned_2d/stem "
+            f"({draws['replicate']['learned_2d']} here, {draws['demo']['learned_2d']} there)") in md
 
 
 def test_pos_encoding_table(tmp_path):

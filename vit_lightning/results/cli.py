@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from vit_lightning.results.store import collect, fetch_wandb
-from vit_lightning.results.tables import build, figure_runs
+from vit_lightning.results.tables import build, figure_runs, other_draw
 
 
 def parser() -> argparse.ArgumentParser:
@@ -24,6 +24,9 @@ def parser() -> argparse.ArgumentParser:
                         "W&B copy")
     p.add_argument("--metric", default=None,
                    help="record metric to tabulate instead of the ablation's own, e.g. val/fewshot5 (the paper's)")
+    p.add_argument("--compare-with", metavar="DIR",
+                   help="another draw of the same design (DIR/records: a profile with the same cells, other seeds, "
+                        "e.g. results/pos_encoding): adds both draws' verdicts against the baseline, cell by cell")
     p.add_argument("--no-figures", action="store_true",
                    help="skip the analysis figures (vit-ablate viz of one run per variant, from RUNS' checkpoints)")
     return p
@@ -45,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.metric:
         ab = dataclasses.replace(ab, metric=args.metric)
     out = Path(args.out or Path("results") / ab.name)
+    other = None
+    if args.compare_with:
+        try:
+            other = other_draw(ab, ab.table_profile(args.profile), args.compare_with)
+        except ValueError as e:
+            print(f"vit-ablate table: {e}", file=sys.stderr)
+            return 2
     new = collect(Path(args.runs), ab.name, args.profile, out / "records")
     if args.wandb:
         try:
@@ -58,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
         print(f"W&B: {len(fetched) + sum(skipped.values())} run(s) read, {len(fetched)} stored"
               + (f", {sum(skipped.values())} skipped ({why})" if skipped else ""), file=sys.stderr)
-    for path in build(ab, ab.table_profile(args.profile), out):
+    for path in build(ab, ab.table_profile(args.profile), out, other):
         print(path)
     if not args.no_figures:
         from vit_lightning.viz import write_ablation_figures

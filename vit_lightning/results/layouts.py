@@ -19,6 +19,7 @@ from vit_lightning.results.shapes import (
     comparison_table,
     comparison_text,
     fmt_acc,
+    fmt_seeds,
     fmt_value,
     grid_table,
     join,
@@ -29,7 +30,7 @@ from vit_lightning.results.shapes import (
     shortfall,
     value_key,
 )
-from vit_lightning.results.stats import compare, fmt_p
+from vit_lightning.results.stats import Comparison, compare, fmt_p
 
 
 def _names(data: Data) -> dict[int, str]:
@@ -92,6 +93,33 @@ def _vs_best(data: Data, best: int, skip: set) -> tuple[Family, str]:
     return ("best", fam), text
 
 
+def _replication(data: Data) -> tuple[Table, str]:
+    """Each cell's verdict against the baseline here and in the other draw of the design (--compare-with)."""
+    other, keys = data.other, list(data.profile.axes)
+    (ref, here), _ = _vs_baseline(data, _baseline(data))
+    (_, there), _ = _vs_baseline(other, _baseline(other))
+    theirs = {name: there.get(i) for i, name in _names(other).items()}
+    draws = [f"seeds {fmt_seeds(p.seeds)}" for p in (data.profile, other.profile)]
+    columns = [*map(label, keys)] + [x for d in draws for x in (f"Δ ({d})", "Holm p", "verdict")] + ["same"]
+    table = Table(f"Verdicts against the baseline {ref}: this draw and {other.profile.name}'s", columns, [])
+    agree, differ = 0, []
+    for index, name in _names(data).items():
+        mine, yours = here.get(index), theirs.get(name)
+        if isinstance(mine, str):
+            continue
+        verdicts = [c.outcome if isinstance(c, Comparison) and c.n > 0 else "missing" for c in (mine, yours)]
+        same = verdicts[0] == verdicts[1] and verdicts[0] != "missing"
+        agree += same
+        differ += [] if same else [f"{name} ({verdicts[0]} here, {verdicts[1]} there)"]
+        line = [fmt_value(data.cells.at[index, k]) for k in keys]
+        for comp, verdict in zip((mine, yours), verdicts):
+            line += ([f"{comp.diff:+.4f}", fmt_p(comp.holm)] if verdict != "missing" else ["-", "-"]) + [verdict]
+        table.rows.append(line + ["yes" if same else "no"])
+    text = (f"the verdicts against {ref} replicate in {agree} of {len(table.rows)} cells in the other draw "
+            f"({other.profile.name}, {draws[1]}, records in {data.other_source})")
+    return table, text + (f"; they differ for {join(differ)}" if differ else "")
+
+
 def _comparisons(data: Data) -> tuple[list[Family], list[str], str]:
     """The families a grid or compute table tests (vs the baseline, vs the best), their sentences, the Tests line."""
     cells = data.cells
@@ -124,6 +152,9 @@ def build_grid(data: Data) -> Report:
     caption = f"Each cell against {' and against '.join(refs)}" if refs else "Each cell"
     tables.append(comparison_table(cells, keys, caption, families,
                                    paper=not two_d and cells["paper"].notna().any(), extra=ab.columns))
+    if data.other is not None:
+        table, text = _replication(data)
+        tables, seen = tables + [table], seen + [text]
     return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs")
 
 
@@ -142,13 +173,16 @@ def build_compute(data: Data) -> Report:
         seen.insert(0, f"cell means rise with GFLOPs per image: {rises}; the costliest cell {names[dear]} beats the "
                        f"cheapest {names[cheap]} by more than seed noise (the paper's 'more compute, higher "
                        f"accuracy'): {verdict} ({comp.diff:+.4f}, Welch p={fmt_p(comp.p)}, one test)")
-    table = comparison_table(cells, keys, "Accuracy and compute per cell", families,
-                             paper=cells["paper"].notna().any())
+    tables = [comparison_table(cells, keys, "Accuracy and compute per cell", families,
+                               paper=cells["paper"].notna().any())]
+    if data.other is not None:
+        table, text = _replication(data)
+        tables, seen = tables + [table], seen + [text]
     series = [("ours", done["gflops_per_image"].tolist(), done["mean"].tolist(), done["std"].fillna(0).tolist(),
                "o-")] if len(done) else []
     draw = lambda p: plots.line_plot(p, series, "GFLOPs per image", ab.metric, "Accuracy vs compute",  # noqa: E731
                                      logx=True, annotate={"ours": [names[i] for i in done.index]})
-    return report(data, [table], tests, "; ".join(seen) or "cannot tell: no finished runs",
+    return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs",
                   [("accuracy_vs_compute.png", "accuracy vs GFLOPs per image", draw)])
 
 

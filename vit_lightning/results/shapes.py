@@ -22,6 +22,8 @@ class Data:
     runs: pd.DataFrame  # one row per record (runs_frame)
     cells: pd.DataFrame  # one row per designed cell (cell_frame)
     history: dict[str, list[dict]]  # run name -> per-epoch metrics
+    other: Data | None = None  # another draw of the same design (--compare-with), its verdicts shown beside these
+    other_source: str = ""  # where the other draw's records came from, as the user named it
 
 
 # ---- text ---------------------------------------------------------------------------------------
@@ -63,6 +65,14 @@ def cell_name(cell: pd.Series, keys: list[str]) -> str:
                     for k in keys)
 
 
+def fmt_seeds(seeds) -> str:
+    """Seeds as text: '7-13' for a contiguous range, else '0, 2, 5'."""
+    seeds = sorted(seeds)
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
 def join(names: list[str]) -> str:
     return ", ".join(names) if names else "none"
 
@@ -101,7 +111,8 @@ def excluded(data: Data) -> Table:
 
 def report(data: Data, tables: list[Table], tests: str, seen: str, figures=()) -> Report:
     ab, prof = data.ablation, data.profile
-    return Report(ab.title, f"vit-ablate table {ab.name} --profile {prof.name}",
+    again = f" --compare-with {data.other_source}" if data.other is not None else ""
+    return Report(ab.title, f"vit-ablate table {ab.name} --profile {prof.name}{again}",
                   header(data, tests, seen), tables, excluded(data), list(figures))
 
 

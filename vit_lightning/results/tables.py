@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -15,13 +15,20 @@ from vit_lightning.results.shapes import Data
 from vit_lightning.results.store import load_records
 
 
-def build(ablation: Any, profile: Any, out: Path) -> list[Path]:
-    """Regenerate runs.csv, table.md, table.tex and figures in out from out/records; the paths written."""
+def build(ablation: Any, profile: Any, out: Path, other: OtherDraw | None = None) -> list[Path]:
+    """Regenerate runs.csv, table.md, table.tex and figures in out from out/records; the paths written.
+
+    other: another draw of the same design (see `other_draw`), whose verdicts the table shows beside its own.
+    """
     out = Path(out)
     records = load_records(out / "records")
     runs = runs_frame(ablation, profile, records)
     cells = cell_frame(ablation, profile, runs)
     data = Data(ablation, profile, runs, cells, {r["name"]: r.get("history") or [] for r in records})
+    if other is not None:
+        their = runs_frame(ablation, other.profile, other.records)
+        data.other = Data(ablation, other.profile, their, cell_frame(ablation, other.profile, their), {})
+        data.other_source = other.source
     rep = BUILDERS[ablation.layout](data)
     csv = runs.drop(columns=["cell", "time"])
     for col in ("seed", "params"):  # keep integers integral even when some runs lack them
@@ -33,6 +40,37 @@ def build(ablation: Any, profile: Any, out: Path) -> list[Path]:
     for png, _, draw in rep.figures:
         draw(out / png)
     return [out / name for name in files] + [out / png for png, _, _ in rep.figures]
+
+
+class OtherDraw(NamedTuple):
+    """Another draw of one design: the records of a profile with the same cells (other seeds), and where from."""
+
+    source: str
+    profile: Any
+    records: list[dict]
+
+
+def other_draw(ablation: Any, profile: Any, folder: str) -> OtherDraw:
+    """The records in folder/records as another draw of profile's design; ValueError (one line) if they are not."""
+    where = f"--compare-with {folder}"
+    if ablation.baseline is None or ablation.layout not in ("grid", "compute"):
+        raise ValueError(f"{where}: it compares verdicts against a baseline, and {ablation.name} "
+                         f"(layout {ablation.layout!r}) declares none; ablations with one: a grid or compute layout "
+                         f"and `baseline=`")
+    records = [r for r in load_records(Path(folder) / "records") if r.get("ablation", ablation.name) == ablation.name]
+    names = sorted({str(r.get("profile")) for r in records})
+    if len(names) != 1:
+        found = f"records of profiles {', '.join(names)}" if names else f"no {ablation.name} records"
+        raise ValueError(f"{where}: expected the records of one profile in {Path(folder) / 'records'}, found {found}")
+    if names[0] not in ablation.profiles:
+        raise ValueError(f"{where}: its records are of profile {names[0]!r}, which {ablation.name} does not have; "
+                         f"choose from {', '.join(ablation.profiles)}")
+    theirs = ablation.table_profile(names[0])
+    if design_cells(theirs) != design_cells(profile) or names[0] == profile.name:
+        why = "is this profile" if names[0] == profile.name else "has other cells"
+        raise ValueError(f"{where}: its profile {names[0]!r} {why}; compare two draws of one design "
+                         f"(profiles with the same cells and other seeds)")
+    return OtherDraw(folder, theirs, records)
 
 
 def figure_runs(ablation: Any, profile: Any, out: Path) -> list[list[str]]:
