@@ -283,7 +283,7 @@ def test_compare_with_shows_both_draws_verdicts_against_the_baseline(tmp_path, m
         row = md_cells(section, enc)
         assert (row[4], row[7]) == (draws["replicate"][enc], draws["demo"][enc])
         assert row[8] == ("yes" if draws["demo"][enc] == draws["replicate"][enc] else "no")
-    assert md_cells(section, "learned_1d")[2] == "+{:.4f}".format(0.80 - 0.51)
+    assert md_cells(section, "learned_1d")[2] == f"+{0.80 - 0.51:.4f}"
     agree = sum(draws["demo"][e] == draws["replicate"][e] for e in others)
     assert (f"the verdicts against none/stem replicate in {agree} of 3 cells in the other draw (demo, seeds 0-2, "
             f"records in results/pos_encoding); they differ for learned_2d/stem "
