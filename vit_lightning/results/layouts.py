@@ -93,10 +93,11 @@ def _vs_best(data: Data, best: int, skip: set) -> tuple[Family, str]:
     return ("best", fam), text
 
 
-def _replication(data: Data) -> tuple[Table, str]:
-    """Each cell's verdict against the baseline here and in the other draw of the design (--compare-with)."""
+def _replication(data: Data, families: list[Family]) -> tuple[Table, str]:
+    """Each cell's verdict against the baseline here (families[0], from `_comparisons`) and in the other draw of
+    the design (--compare-with)."""
     other, keys = data.other, list(data.profile.axes)
-    (ref, here), _ = _vs_baseline(data, _baseline(data))
+    ref, here = families[0]
     (_, there), _ = _vs_baseline(other, _baseline(other))
     theirs = {name: there.get(i) for i, name in _names(other).items()}
     draws = [f"seeds {fmt_seeds(p.seeds)}" for p in (data.profile, other.profile)]
@@ -153,7 +154,7 @@ def build_grid(data: Data) -> Report:
     tables.append(comparison_table(cells, keys, caption, families,
                                    paper=not two_d and cells["paper"].notna().any(), extra=ab.columns))
     if data.other is not None:
-        table, text = _replication(data)
+        table, text = _replication(data, families)
         tables, seen = tables + [table], seen + [text]
     return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs")
 
@@ -176,7 +177,7 @@ def build_compute(data: Data) -> Report:
     tables = [comparison_table(cells, keys, "Accuracy and compute per cell", families,
                                paper=cells["paper"].notna().any())]
     if data.other is not None:
-        table, text = _replication(data)
+        table, text = _replication(data, families)
         tables, seen = tables + [table], seen + [text]
     series = [("ours", done["gflops_per_image"].tolist(), done["mean"].tolist(), done["std"].fillna(0).tolist(),
                "o-")] if len(done) else []
