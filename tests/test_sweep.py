@@ -144,11 +144,11 @@ def test_random_counts_seed_and_bounds():
     assert all(abs(sum(lo <= x < lo + 1 for x in logs) / len(logs) - 1 / 3) < 0.1 for lo in (-4, -3, -2))
 
 
-def test_random_needs_a_bound_and_bayes_needs_wandb():
+def test_random_needs_a_bound_and_custom_needs_wandb():
     with pytest.raises(ValueError, match="run_cap"):
         expand.expand({"method": "random", "parameters": {"a": {"values": [1]}}})
     with pytest.raises(ValueError, match="--backend wandb"):
-        expand.expand({"method": "bayes", "parameters": {"a": {"values": [1]}}})
+        expand.expand({"method": "custom", "parameters": {"a": {"values": [1]}}})
 
 
 def test_args_render_like_the_wandb_agent():
@@ -288,10 +288,10 @@ def test_agent_commands_and_env():
     assert one.shell() == "CUDA_VISIBLE_DEVICES=4 wandb agent --forward-signals p/x"
 
 
-def test_bayes_sweep_needs_wandb_backend(tmp_path, capsys):
+def test_local_bayes_sweep_needs_a_cap(tmp_path, capsys):
     path = write_sweep(tmp_path, {"model.lr": {"min": 0.0001, "max": 0.01}}, method="bayes")
     code, _, err = run_cli([path, "--backend", "local"], capsys)
-    assert code == 2 and "needs the W&B server: use --backend wandb" in err
+    assert code == 2 and "give run_cap in the sweep or --count N" in err and len(err.splitlines()) == 1
 
 
 def test_run_agents_pins_each_agent_and_staggers_starts(tmp_path):

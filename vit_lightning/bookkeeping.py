@@ -13,7 +13,8 @@ RECORD = "results.json"  # a run's record, in its run directory
 LAST_CKPT = "last.ckpt"  # the run's one checkpoint, overwritten every epoch: resume point and final weights
 SEED_KEY = "seed_everything"  # the seed's option name (a sweep key, a record config key)
 BEST_METRIC = "val/acc_best"  # the best epoch's validation accuracy: the sweeps' metric and the tables' value
-FINAL = ("completed", "diverged")  # record statuses that end a run: a re-run skips it unless asked to retrain
+FINAL = ("completed", "diverged", "stopped_early")  # record statuses that end a run: a re-run skips it unless asked to retrain
+# stopped_early: a sweep's hyperband rule stopped it (hyperband.py); its record says why in `stopped_early`
 SUMMARY_FIELDS = ("status", "trial", "started_at", "finished_at", "error")  # record fields mirrored into the W&B summary
 
 

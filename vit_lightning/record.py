@@ -92,6 +92,7 @@ class RunRecord(pl.Callback):
     """
 
     init_from: dict | None = None  # the source of a run started from a trained model (transfer.Source.account)
+    early = None  # hyperband.HyperbandStop of a sweep trial whose sweep has early_terminate; its `reason` ends it
 
     def __init__(self, directory: Path, config: dict[str, Any], facts: dict[str, Any], divergence: DivergenceStop):
         self.directory, self.config, self.facts, self.divergence = Path(directory), config, facts, divergence
@@ -168,7 +169,10 @@ class RunRecord(pl.Callback):
     @override
     def on_fit_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
-            self._finish(trainer, "diverged" if self.divergence.diverged else "completed")
+            reason = getattr(self.early, "reason", None)
+            if reason and not self.divergence.diverged:
+                self.record["stopped_early"] = reason
+            self._finish(trainer, "diverged" if self.divergence.diverged else "stopped_early" if reason else "completed")
 
     @override
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:

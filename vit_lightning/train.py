@@ -27,6 +27,7 @@ from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinte
 from vit_lightning.compat.lightning import set_collective_timeout
 from vit_lightning.data import ViTDataModule
 from vit_lightning.defaults import DEMO, demo_patch
+from vit_lightning.hyperband import HyperbandStop
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, run_name, world_size
 from vit_lightning.model.config import ARCH_DEFAULTS
 from vit_lightning.module import ViTClassifier
@@ -120,6 +121,8 @@ class FitCLI(LightningCLI):
         divergence, self.stop = DivergenceStop(), StopSignal()
         self.run_record = RunRecord(directory, config, facts, divergence)
         self.run_record.init_from = self.source.account if self.source else None
+        # the local sweep backend's hyperband rule (hyperband.ENV), judged after the record has this epoch
+        self.run_record.early = HyperbandStop.from_env(directory, lambda: self.run_record.history)
         tty = sys.stdout.isatty()
         trainer_config = self.config_init.get("trainer") or Namespace()
         given = trainer_config.get("callbacks") or []
@@ -133,6 +136,7 @@ class FitCLI(LightningCLI):
             divergence,
             self.stop,
             self.run_record,
+            *([self.run_record.early] if self.run_record.early else []),
             loggers.WandbSummary(self.run_record),  # after the record: mirrors what it has just written
             ConfigToLoggers(config),
             EpochSeed(config.get(SEED_KEY)),

@@ -31,6 +31,8 @@ def design_cells(profile: Any) -> list[dict]:
 def _why_not_used(rec: dict, cell: int, metric: float, profile: Any) -> str:
     """Why a record is not averaged into its cell ('' when it is)."""
     status = rec.get("status")
+    if status == "stopped_early":  # by its sweep's hyperband rule: a shorter run is no finished one
+        return f"stopped early ({rec.get('stopped_early') or 'hyperband'})"
     if status != "completed":
         return UNFINISHED.get(status, f"status {status!r}")
     config = rec.get("config", {})

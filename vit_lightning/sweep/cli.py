@@ -197,9 +197,17 @@ def local_groups(args) -> list[list[str]]:
         raise SweepError(f"--parallel {args.parallel}: {err}") from None
 
 
-def run_local(all_trials: list[trials.Trial], groups: list[list[str]], args) -> int:
+def bayes_searches(configs: list[dict], args, gpus: int) -> list:
+    """The local backend's bayes searches (search.Search), one per bayes config; SweepError on bad settings."""
+    from vit_lightning.sweep import search
+
+    return search.searches(configs, args.count, args.seed, gpus, args.retry_failed, SweepError)
+
+
+def run_local(all_trials: list[trials.Trial], groups: list[list[str]], args, searches=()) -> int:
     slots = supervise.slot_envs(groups)
-    return local.Runner(all_trials, slots, retry_failed=args.retry_failed, fork=not args.fresh_processes).run()
+    return local.Runner(all_trials, slots, retry_failed=args.retry_failed, fork=not args.fresh_processes,
+                        searches=searches).run()
 
 
 def print_local_sbatch(configs: list[dict], args) -> int:
@@ -312,10 +320,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run or backend == "local":
             groups = local_groups(args)
             all_trials = checked_trials(configs, args, gpus=len(groups[0]))
+            searches = bayes_searches(configs, args, gpus=len(groups[0]))
             if args.dry_run:
-                return print_lines([t.shell() for t in all_trials])
+                return print_lines([t.shell() for t in all_trials] + [f"# {s.describe()}" for s in searches])
             check_sources(all_trials, args)
-            return run_local(all_trials, groups, args)
+            return run_local(all_trials, groups, args, searches)
         return run_wandb(configs, args)
     except SweepError as err:
         print(f"vit-ablate sweep: error: {err}", file=sys.stderr)

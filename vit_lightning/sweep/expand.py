@@ -166,8 +166,10 @@ def expand(config: dict, count: int | None = None, seed: int = 0) -> list[dict[s
     method = config.get("method")
     if method not in METHODS:
         raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
-    if method in ("bayes", "custom"):
-        raise ValueError(f"method {method} needs the W&B server: use --backend wandb (local runs grid and random)")
+    if method == "custom":
+        raise ValueError("method custom needs the W&B server: use --backend wandb (local runs grid, random and bayes)")
+    if method == "bayes":
+        raise ValueError("method bayes proposes its trials one at a time from the results (sweep/search.py)")
     params = parameters(config)
     caps = [c for c in (config.get("run_cap"), count) if c is not None]
     cap = min(caps) if caps else None

@@ -112,15 +112,17 @@ class Runner:
     """Runs trials on `slots` (one env overlay per concurrent process), printing progress."""
 
     def __init__(self, trials: list[Trial], slots: list[dict[str, str]], retry_failed: bool = False,
-                 log: Callable[[str], None] | None = None, fork: bool = True):
+                 log: Callable[[str], None] | None = None, fork: bool = True, searches=()):
         self.trials, self.slots, self.retry_failed, self.fork = trials, slots, retry_failed, fork
+        self.searches = list(searches)  # bayes searches (search.Search): their trials come one at a time
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.state = State(self.log)
         self.supervisor = Supervisor(self.log)
         self.index = {t.id: k for k, t in enumerate(trials, 1)}
         self.queue: list[Trial] = []
         self.durations: list[float] = []
-        self.counts = {"completed": 0, "diverged": 0, "failed": 0, "interrupted": 0, "busy": 0, "done": 0}
+        self.counts = {"completed": 0, "diverged": 0, "failed": 0, "interrupted": 0, "busy": 0, "done": 0,
+                       "stopped_early": 0}
         self.swept = swept_keys(trials)
 
     # --- planning ------------------------------------------------------------------------------------
@@ -131,14 +133,18 @@ class Runner:
         self.skipped = {s: sum(v == s for v in status.values()) for s in ("done", "failed")}
         failed = self.skipped["failed"]
         note = f"; {failed} failed skipped (--retry-failed re-runs them)" if failed else ""
-        self.log(f"[sweep] {len(self.trials)} trials: {self.skipped['done']} done, {len(todo)} to run{note}")
+        if self.trials or not self.searches:
+            self.log(f"[sweep] {len(self.trials)} trials: {self.skipped['done']} done, {len(todo)} to run{note}")
+        for search in self.searches:
+            self.log(f"[sweep] {search.describe()}")
         return todo
 
     # --- running -------------------------------------------------------------------------------------
     def run(self) -> int:
         """Run every pending trial; 0 when all are done, 1 if any is not, 128+signal when stopped."""
         self.queue = self.plan()
-        self.total, self.start = len(self.queue), time.monotonic()
+        left = sum(max(0, s.cap - s.done()) for s in self.searches)
+        self.total, self.start = len(self.queue) + left, time.monotonic()
         self.supervisor.run(len(self.slots), self._worker)
         if self.supervisor.failure and self.supervisor.stop_signal is None:
             print(f"vit-ablate sweep: error: {self.supervisor.failure}; the sweep stopped, its trials with it",
@@ -146,7 +152,8 @@ class Runner:
             return 1
         c, skipped = self.counts, self.skipped
         self.log(f"[sweep] finished in {clock(time.monotonic() - self.start)}: {c['completed']} completed, "
-                 f"{c['diverged']} diverged, {c['failed'] + skipped['failed']} failed, {c['interrupted']} interrupted"
+                 f"{c['diverged']} diverged, {c['stopped_early']} stopped early, {c['failed'] + skipped['failed']} failed, "
+                 f"{c['interrupted']} interrupted"
                  f", {skipped['done'] + c['done']} done before or elsewhere"
                  + (f", {c['busy']} left to another process" if c["busy"] else ""))
         undone = sum(status_of(t, self.state, retry_failed=True) != "done" for t in self.trials)
@@ -161,9 +168,11 @@ class Runner:
         try:
             while True:
                 with self.supervisor.lock:
-                    if self.supervisor.stopping or not self.queue:
+                    if self.supervisor.stopping:
                         return
-                    trial = self.queue.pop(0)
+                    trial = self.queue.pop(0) if self.queue else None
+                if trial is None and (trial := self._proposed()) is None:
+                    return
                 if worker is None and self.fork and trial.command[0] == "vit-ablate":
                     worker = forkserver.Worker(env)  # imports the stack once for all of this slot's trials
                 try:
@@ -176,6 +185,20 @@ class Runner:
         finally:
             if worker is not None:
                 worker.close()
+
+    def _proposed(self) -> Trial | None:
+        """The next trial of a bayes search (an unfinished one first), or None when every search is at its cap."""
+        try:
+            for search in self.searches:
+                if (trial := search.next()) is not None:
+                    with self.supervisor.lock:
+                        if trial.id not in self.index:
+                            self.trials.append(trial)
+                            self.index[trial.id] = len(self.trials)
+                    return trial
+        except Exception as error:  # the journal or the sampler: the runner itself failed
+            self.supervisor.fail(describe(error) if isinstance(error, OSError) else one_line(error))
+        return None
 
     def _label(self, trial: Trial) -> str:
         return " ".join(f"{k}={trial.params[k]}" for k in self.swept) or trial.id
@@ -195,7 +218,7 @@ class Runner:
                 self.log(f"[sweep] trial {k}/{n} skipped: {now_status} in the meantime")
                 self._count("done" if now_status == "done" else "failed")
                 return
-            self._launch(trial, {**env, rundir.ENV_FD: str(lock)}, lock, worker)
+            self._launch(trial, {**env, **dict(trial.env), rundir.ENV_FD: str(lock)}, lock, worker)
         finally:
             rundir.release(lock)
 
@@ -227,7 +250,7 @@ class Runner:
         record = find_record(trial)
         rstatus = (record or {}).get("status")
         stop = self.supervisor.stop_signal
-        if rstatus == "diverged" or (rc == 0 and rstatus == "completed"):
+        if rstatus == "diverged" or (rc == 0 and rstatus in ("completed", "stopped_early")):
             status, error = rstatus, None
         elif stop is not None or rc in STOPPED or rstatus == "interrupted":
             signum = stop or (abs(rc) % 128 if rc in STOPPED else signal.SIGTERM)
@@ -251,5 +274,5 @@ class Runner:
     def _count(self, outcome: str, seconds: float | None = None) -> None:
         with self.supervisor.lock:
             self.counts[outcome] += 1
-            if outcome in ("completed", "diverged", "failed") and seconds is not None:
+            if outcome in ("completed", "diverged", "stopped_early", "failed") and seconds is not None:
                 self.durations.append(seconds)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vit_lightning import hyperband
 from vit_lightning.bookkeeping import RECORD
 from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, run_name, world_size
 from vit_lightning.sweep.expand import expand, render_args
@@ -26,6 +27,7 @@ class Trial:
     id: str  # identity.run_name(params, world size): fit names the run dir with it and writes it into results.json
     args: tuple[str, ...]
     command: tuple[str, ...]  # as the agent would run it (without the `/usr/bin/env` prefix)
+    env: tuple[tuple[str, str], ...] = ()  # what the local backend adds to its environment (hyperband's rule)
 
     @property
     def run_dir(self) -> Path:
@@ -79,16 +81,38 @@ def executable(command: tuple[str, ...]) -> list[str]:
     return list(command)
 
 
+def early_env(config: dict) -> tuple[tuple[str, str], ...]:
+    """The environment that hands a trial its sweep's hyperband rule (hyperband.ENV); () without early_terminate.
+
+    The sweep's trials are the records in its folder whose single-valued settings are its own (`fixed`).
+    """
+    if "early_terminate" not in config:
+        return ()
+    fixed = {name: spec["value"] if "value" in spec else spec["values"][0]
+             for name, spec in config["parameters"].items()
+             if not name.startswith("run.") and ("value" in spec or len(spec.get("values") or ()) == 1)}
+    setting = {"rule": config["early_terminate"], "metric": config["metric"], "fixed": fixed}
+    return ((hyperband.ENV, json.dumps(setting, sort_keys=True)),)
+
+
+def make(config: dict, params: dict[str, Any], gpus: int = 0) -> Trial:
+    """One trial of a sweep config, handed its id as `--run.trial`."""
+    given = {**params, TRIAL_KEY: run_name(params, world_size(params, gpus))}
+    return Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)),
+                 early_env(config))
+
+
 def build(configs: list[dict], count: int | None = None, seed: int = 0, gpus: int = 0) -> list[Trial]:
-    """Every trial of the sweeps, in order, each distinct run once; each is handed its id as `--run.trial`.
+    """Every trial of the grid and random sweeps, in order, each distinct run once (bayes: search.py proposes).
 
     `gpus`: how many GPUs each trial will see (its slot's group), which decides `trainer.devices=auto`.
     """
     trials: dict[Path, Trial] = {}
     for config in configs:
+        if config.get("method") == "bayes":
+            continue
         for params in expand(config, count=count, seed=seed):
-            given = {**params, TRIAL_KEY: run_name(params, world_size(params, gpus))}
-            trial = Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)))
+            trial = make(config, params, gpus)
             trials.setdefault(trial.run_dir.resolve(), trial)  # `runs` and `$PWD/runs` are one directory
     return list(trials.values())
 

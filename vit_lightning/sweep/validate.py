@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from vit_lightning import hyperband
 from vit_lightning.defaults import demo_patch
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize
 from vit_lightning.sweep.expand import METHODS, SWEEP_KEYS, distribution, render_args
@@ -57,6 +58,11 @@ def check_structure(config: Any) -> None:
     params = config.get("parameters")
     if not isinstance(params, dict) or not params:
         raise SweepError("sweep needs a non-empty 'parameters' mapping of option -> {value: ...} or {values: [...]}")
+    if "early_terminate" in config:
+        try:
+            hyperband.parse(config["early_terminate"], metric)
+        except ValueError as err:
+            raise SweepError(str(err)) from None
     cap = config.get("run_cap")
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
         raise SweepError(f"run_cap must be a positive integer, got {cap!r}")

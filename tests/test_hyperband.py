@@ -1,0 +1,149 @@
+"""Hyperband early termination: stop decisions on canned histories, each worked out by hand from W&B's rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from vit_lightning import hyperband
+from vit_lightning.hyperband import parse, series, sweep_histories, verdict
+from vit_lightning.sweep import cli
+
+MAX = {"name": "val/acc", "goal": "maximize"}
+
+
+def rule(metric=MAX, **early):
+    return parse({"type": "hyperband", **early}, metric)
+
+
+def test_brackets_from_min_iter_or_max_iter_and_s():
+    assert rule(min_iter=2).bands[:4] == (2, 6, 18, 54)  # eta 3 by default
+    assert rule(min_iter=1, eta=2).bands[:5] == (1, 2, 4, 8, 16)
+    assert rule(max_iter=27, s=2).bands == (3, 9)  # 27/3, 27/9
+    assert rule(max_iter=10, s=3).bands == (1, 3)  # 10/3 = 3.3 -> 3, 10/9 = 1.1 -> 1, 10/27 < 1: none
+    assert rule(min_iter=1).strict is True  # W&B's engine fills strict: true
+
+
+# five trials that reached epoch 2; sorted best first at epoch 2: 0.9, 0.8, 0.7, 0.6, 0.5.
+# n = 5, eta = 3: the threshold is the value at rank floor(5/3) = 1, i.e. 0.8
+FIVE = {"a": [0.2, 0.9], "b": [0.3, 0.8], "c": [0.95, 0.7], "d": [0.1, 0.6], "e": [0.4, 0.5]}
+
+
+@pytest.mark.parametrize("name, strict, stops", [
+    ("a", True, False), ("b", True, False),  # b ties the threshold: a tie carries on
+    ("c", True, True), ("d", True, True), ("e", True, True),
+    ("c", False, False),  # not strict: c's best so far (0.95 at epoch 1) clears 0.8
+    ("d", False, True),  # its best, 0.6, does not
+])
+def test_threshold_is_the_top_third_at_the_bracket(name, strict, stops):
+    r = rule(min_iter=2, strict=strict)
+    reason = verdict(r, FIVE[name], list(FIVE.values()))
+    assert (reason is not None) == stops
+    if stops:
+        assert "bracket 2" in reason and "threshold 0.8" in reason
+
+
+def test_trials_that_have_not_reached_a_bracket():
+    r = rule(min_iter=2)
+    # one epoch: no bracket reached, so it runs on however poor it is
+    assert verdict(r, [0.01], [*FIVE.values(), [0.01]]) is None
+    # a trial with one epoch does not count at bracket 2: adding a poor one leaves the threshold at 0.8 (c stops),
+    # adding a good one with two epochs makes n = 6, rank 2: threshold 0.8 still, b still ties
+    assert verdict(r, FIVE["c"], [*FIVE.values(), [0.99]]) is not None
+    assert verdict(r, FIVE["b"], [*FIVE.values(), [0.5, 0.99]]) is None
+    # with n = 6 and two better than b at epoch 2 the rank-2 value is b's own: b ties, runs on
+    assert verdict(r, FIVE["b"], [*FIVE.values(), [0.5, 0.85]]) is None
+    # with n = 3 (rank 1): among 0.9, 0.8, 0.7 the threshold is 0.8, so c stops
+    assert verdict(r, FIVE["c"], [FIVE["a"], FIVE["b"], FIVE["c"]]) is not None
+    # with n = 2 (rank 0) the threshold is the best: b below a stops
+    assert verdict(r, FIVE["b"], [FIVE["a"], FIVE["b"]]) is not None
+    # alone, a trial is its own threshold
+    assert verdict(r, FIVE["e"], [FIVE["e"]]) is None
+
+
+def test_a_trial_is_judged_at_the_last_bracket_it_reached():
+    r = rule(min_iter=2)  # brackets 2, 6
+    fast = [0.1, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]  # best at epoch 2, 0.9 at epoch 6
+    slow = [0.1, 0.95, 0.9, 0.8, 0.7, 0.6]  # best at epoch 2 (clears bracket 2), 0.6 at epoch 6
+    # at epoch 6 only fast and slow reached bracket 6: n = 2, rank 0, threshold 0.9; slow's 0.6 is below
+    reason = verdict(r, slow, [fast, slow])
+    assert reason is not None and "bracket 6" in reason and "threshold 0.9" in reason
+    assert verdict(r, slow[:5], [fast, slow[:5]]) is None  # at epoch 5 it is judged at bracket 2, where it leads
+
+
+def test_minimize_and_max_iter():
+    r = rule({"name": "val/loss", "goal": "minimize"}, max_iter=9, s=1)  # one bracket: 9/3 = 3
+    losses = {"x": [3, 2, 1.0], "y": [3, 2, 1.5], "z": [3, 2, 2.0], "w": [3, 2.5]}
+    # at epoch 3, sorted best (lowest) first: 1.0, 1.5, 2.0; rank floor(3/3) = 1: threshold 1.5
+    assert verdict(r, losses["z"], list(losses.values())) is not None
+    assert verdict(r, losses["y"], list(losses.values())) is None
+    assert verdict(r, losses["w"], list(losses.values())) is None  # two epochs: before the bracket
+
+
+def test_missing_epochs_are_skipped_and_best_is_a_running_max():
+    rows = [{"val/acc": 0.5}, {"val/acc": None}, {"val/acc": 0.4}, {}, {"val/acc": 0.7}]
+    assert series(rows, "val/acc") == [0.5, 0.4, 0.7]  # the third epoch is its second iteration
+    assert series(rows, "val/acc_best") == [0.5, 0.5, 0.7]
+    # judged at bracket 2 (its 2nd value, epoch 3) against a trial at 0.45 there: n = 2, rank 0, threshold 0.45
+    r = rule(min_iter=2)
+    assert verdict(r, series(rows[:3], "val/acc"), [[0.3, 0.45], series(rows[:3], "val/acc")]) is not None
+    assert verdict(rule({"name": "val/acc_best", "goal": "maximize"}, min_iter=2),
+                   series(rows[:3], "val/acc_best"), [[0.3, 0.45], series(rows[:3], "val/acc_best")]) is None
+
+
+@pytest.mark.parametrize("early, field", [
+    ({"type": "median"}, "early_terminate.type"),
+    ({"type": "hyperband"}, "min_iter, or max_iter and s"),
+    ({"type": "hyperband", "min_iter": 0}, "early_terminate.min_iter"),
+    ({"type": "hyperband", "min_iter": 2, "eta": 1}, "early_terminate.eta"),
+    ({"type": "hyperband", "max_iter": 27}, "early_terminate.s"),
+    ({"type": "hyperband", "min_iter": 3, "strict": "yes"}, "early_terminate.strict"),
+    ({"type": "hyperband", "min_iters": 3}, "early_terminate.min_iters"),
+    ({"type": "hyperband", "max_iter": 2, "s": 1, "eta": 3}, "no bracket"),
+])
+def test_bad_settings_name_the_field(early, field):
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        parse(early, MAX)
+
+
+def test_bad_settings_stop_the_sweep_before_anything_runs(tmp_path, capsys):
+    config = {"method": "grid", "metric": {"name": "val/acc_best", "goal": "maximize"},
+              "early_terminate": {"type": "hyperband", "min_iter": 2, "eta": 0.5},
+              "command": ["${env}", "vit-ablate", "fit", "${args}"],
+              "parameters": {"model.lr": {"values": [0.001, 0.002]}, "run.root": {"value": str(tmp_path / "runs")}}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert cli.main([str(path), "--backend", "local"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "early_terminate.eta must be a number above 1" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+    config["early_terminate"] = {"type": "hyperband", "min_iter": 2}
+    config["metric"] = {"name": "val/acc5_best", "goal": "maximize"}  # no per-epoch value in a record
+    path.write_text(yaml.safe_dump(config))
+    assert cli.main([str(path), "--backend", "local"]) == 2
+    assert "metric.name 'val/acc5_best' is not one" in capsys.readouterr().err
+
+
+def test_the_sweep_is_the_records_with_its_fixed_settings(tmp_path):
+    for name, pooling, accs in (("r1", "cls", [0.5, 0.6]), ("r2", "gap", [0.9, 0.9]), ("r3", "cls", [0.2])):
+        (tmp_path / name).mkdir()
+        record = {"config": {"model.pooling": pooling}, "history": [{"val/acc": a} for a in accs]}
+        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    (tmp_path / "r4").mkdir()
+    (tmp_path / "r4" / "results.json").write_text("{trunc")  # being written: not a trial yet
+    assert sweep_histories(tmp_path, {"model.pooling": "cls"}, "val/acc") == {"r1": [0.5, 0.6], "r3": [0.2]}
+
+
+def test_a_trial_gets_the_rule_only_from_the_local_backend():
+    from vit_lightning.sweep import trials
+
+    config = {"method": "grid", "metric": MAX, "early_terminate": {"type": "hyperband", "min_iter": 1},
+              "command": ["${env}", "vit-ablate", "fit", "${args}"],
+              "parameters": {"model.lr": {"values": [0.1, 0.2]}, "model.pooling": {"values": ["gap"]},
+                             "run.root": {"value": "r"}, "seed_everything": {"value": 0}}}
+    trial = trials.build([config])[0]
+    (key, text), = trial.env
+    assert key == hyperband.ENV and "ENV" not in " ".join(trial.command)  # not in the command W&B's agent runs
+    assert json.loads(text)["fixed"] == {"model.pooling": "gap", "seed_everything": 0}
