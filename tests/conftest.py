@@ -90,7 +90,7 @@ def only_record():
 
 # ---- a stand-in for `vit-ablate fit` (no torch) for the local sweep backend's tests --------------------
 STAND_IN_FIT = r'''
-import json, os, pathlib, signal, sys, time
+import json, math, os, pathlib, signal, sys, time
 import yaml
 cfg = {k: yaml.safe_load(v) for k, v in (a[2:].split("=", 1) for a in sys.argv[1:])}
 name = cfg["run.trial"]  # as fit does: the id the runner hands it names the run dir and goes into the record
@@ -112,8 +112,9 @@ gate = os.environ.get("FAKE_GATE")  # hold here until the test opens the gate (c
 while gate and not os.path.exists(gate):
     time.sleep(0.05)
 failed = cfg.get("model.lr") == 0.5 and not os.environ.get("FAKE_FIXED")
+metrics = {"val/acc_best": 1 - abs(math.log10(cfg["model.lr"]) + 2.5)}  # a known function: best at lr 10^-2.5
 record.write_text(json.dumps({"status": "failed" if failed else "completed", "config": cfg, "trial": name,
-                              "error": "ValueError: boom" if failed else None, "started_at": "t"}))
+                              "error": "ValueError: boom" if failed else None, "started_at": "t", "metrics": metrics}))
 note("end")
 sys.exit(1 if failed else 0)
 '''

@@ -1,9 +1,9 @@
-"""`method: bayes` on the local backend: Optuna's TPE sampler proposes each next trial from the finished records.
+"""`method: bayes` on the local backend: Optuna's Gaussian-process sampler proposes each trial from the records.
 
 The records stay the source of truth. A journal next to them (`.bayes-<key>.json` in the sweep's folder) lists
 the points proposed so far, in order; each proposal rebuilds the model from scratch under the journal's lock:
 every proposed point told with its record's metric (finished: completed, diverged or stopped early), as running
-(no finished record yet: the sampler's constant liar keeps parallel proposals apart) or as failed. So a killed
+(no finished record yet: the sampler keeps parallel proposals apart from the points still running) or as failed. So a killed
 sweep re-run first finishes the proposals left unfinished and then goes on from what the records say; any number
 of processes on one run root (--parallel slots, SLURM array tasks) share one search, and the run directory's lock
 keeps a point from training twice. The sampler's seed is the sweep's seed plus the number of proposals before it:
@@ -32,7 +32,7 @@ EDGE = 1e-6  # a normal's or beta's quantile is drawn in [EDGE, 1 - EDGE]: the t
 
 
 def startup_trials(cap: int) -> int:
-    """Random proposals before the model takes over: a quarter of the budget, 3 to 10."""
+    """Random proposals before the model takes over: a quarter of the budget, 3 to 10 (Optuna's default)."""
     return min(10, max(3, cap // 4))
 
 
@@ -156,15 +156,16 @@ class Search:
         import optuna
         from optuna.trial import TrialState, create_trial
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        sampler = optuna.samplers.TPESampler(seed=self.seed + len(proposals), n_startup_trials=startup_trials(self.cap))
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # not its notes on optional speed-ups
+        sampler = optuna.samplers.GPSampler(seed=self.seed + len(proposals), n_startup_trials=startup_trials(self.cap))
         study = optuna.create_study(direction="maximize" if self.maximize else "minimize", sampler=sampler)
         known: dict[str, float | None | str] = {}
         for p, trial in zip(proposals, trials):
             known[trial.id] = result = self.outcome(trial)
-            state = TrialState.RUNNING if result == "running" else TrialState.FAIL if result is None else None
-            study.add_trial(create_trial(params=p["raw"], distributions=self.space, state=state or TrialState.COMPLETE,
-                                         value=None if state else result))
+            finished = isinstance(result, float)
+            state = TrialState.COMPLETE if finished else TrialState.RUNNING if result == "running" else TrialState.FAIL
+            study.add_trial(create_trial(params=p["raw"], distributions=self.space, state=state,
+                                         value=result if finished else None))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # optuna's experimental-feature notes
             for _ in range(50):  # a point whose run exists (a quantised or categorical repeat) is told its result
