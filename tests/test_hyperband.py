@@ -147,3 +147,44 @@ def test_a_trial_gets_the_rule_only_from_the_local_backend():
     (key, text), = trial.env
     assert key == hyperband.ENV and "ENV" not in " ".join(trial.command)  # not in the command W&B's agent runs
     assert json.loads(text)["fixed"] == {"model.pooling": "gap", "seed_everything": 0}
+
+
+@pytest.mark.slow  # trains
+def test_a_real_sweep_stops_the_trials_the_rule_says_and_its_table_lists_them(tmp_path, monkeypatch):
+    """lr 2e-3 learns, lr 1e-7 does not: run second, the latter falls below the first at bracket 1 and stops."""
+    from tests.tiny import TINY_MODEL
+    from vit_lightning.results import cli as table_cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    fixed = {**{a[2:].split("=")[0]: yaml.safe_load(a.split("=", 1)[1]) for a in TINY_MODEL},
+             "data.name": "mnist5k", "model.patch_size": 7, "model.pooling": "gap", "model.head": "linear",
+             "trainer.max_epochs": 3, "trainer.limit_train_batches": 8, "trainer.limit_val_batches": 4,
+             "trainer.devices": 1, "run.root": str(tmp_path / "runs"), "run.ablation": "cls_vs_gap",
+             "run.profile": "demo", "run.wandb": "off", "seed_everything": 0}
+    config = {"method": "grid", "metric": {"name": "val/acc_best", "goal": "maximize"},
+              "early_terminate": {"type": "hyperband", "min_iter": 1, "eta": 3},  # brackets 1, 3, 9
+              "command": ["${env}", "vit-ablate", "fit", "${args}"],
+              "parameters": {**{k: {"value": v} for k, v in fixed.items()}, "model.lr": {"values": [0.002, 1e-7]}}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert cli.main([str(path), "--backend", "local"]) == 0
+    folder = tmp_path / "runs" / "cls_vs_gap" / "demo"
+    recs = {r["config"]["model.lr"]: r for r in (json.loads(p.read_text()) for p in folder.glob("*/results.json"))}
+    good, poor = recs[0.002], recs[1e-7]
+    assert good["status"] == "completed" and len(good["history"]) == 3  # first: alone, its own threshold
+    # the rule by hand at the poor trial's first epoch: n = 2 at bracket 1, rank floor(2/3) = 0: the good one's value
+    first = [good["history"][0]["val/acc"], poor["history"][0]["val/acc"]]
+    assert first[1] < first[0]
+    assert poor["status"] == "stopped_early" and len(poor["history"]) == 1 and "bracket 1" in poor["stopped_early"]
+    assert (folder / poor["name"] / "last.ckpt").exists()
+    state = json.loads((folder / ".sweep-state.json").read_text())["trials"][poor["trial"]]
+    assert state["status"] == "stopped_early" and state["rc"] == 0
+    # a re-run (even retrying failures) leaves both alone
+    assert cli.main([str(path), "--backend", "local", "--retry-failed"]) == 0
+    assert json.loads((folder / poor["name"] / "results.json").read_text())["history"] == poor["history"]
+    assert table_cli.main(["cls_vs_gap", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"),
+                           "--no-figures"]) == 0
+    table = "\n".join(p.read_text() for p in (tmp_path / "out").glob("*.md"))
+    line = next(x for x in table.splitlines() if poor["name"] in x)
+    assert "stopped early (hyperband: val/acc_best" in line
