@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from vit_lightning import hyperband
 from vit_lightning.ablation import available, load
 from vit_lightning.sweep import cli, expand, wandb_backend, yamls
 from vit_lightning.sweep.expand import render_args
@@ -49,7 +50,7 @@ def test_every_ablation_has_demo_and_gpu_profiles():
             assert prof.fixed["run.ablation"] == name and prof.fixed["run.profile"] == prof.name
             # runs per cell: seeds, times the replicates (transfer: the source runs of a cell) where swept
             per_cell = len(prof.seeds) * min(len(b.get(ablation.replicates, [None])) for b in prof.grids)
-            assert per_cell >= (1 if prof.name == "demo" else 3)
+            assert per_cell >= (1 if prof.name == "demo" or prof.search else 3)  # a search: one seed
         assert ablation.profiles["imagenet"].fixed["data.name"] == "imagefolder"
         assert ablation.profiles["imagenet"].fixed["trainer.precision"] == "bf16-mixed"
 
@@ -62,13 +63,17 @@ def test_yaml_files_are_valid_wandb_sweeps():
     assert len(files) == len(yamls.expected_files())
     for path in files:
         config = yaml.safe_load(path.read_text())
-        assert config["method"] == "grid" and config["program"]
+        searched = config["method"] == "bayes"  # a searched profile (cls_vs_gap demo_bayes)
+        assert config["method"] in ("grid", "bayes") and config["program"]
+        if searched:
+            assert config["run_cap"] >= 1 and hyperband.parse(config["early_terminate"], config["metric"]).bands
         assert config["metric"] == {"name": "val/acc_best", "goal": "maximize"}
         assert config["command"] == ["${env}", "vit-ablate", "fit", "${args}"]
         assert "values" in config["parameters"]["seed_everything"]
         for key, spec in config["parameters"].items():
             assert key in known and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", key), key  # W&B's name pattern
-            assert len(spec) == 1 and ("value" in spec or isinstance(spec.get("values"), list)), (path.name, key)
+            searched_key = searched and spec.get("distribution") == "log_uniform_values" and 0 < spec["min"] < spec["max"]
+            assert searched_key or len(spec) == 1 and ("value" in spec or isinstance(spec.get("values"), list)), key
 
 
 def test_cls_vs_gap_sweeps_a_fine_log_grid_per_setup():
@@ -79,7 +84,7 @@ def test_cls_vs_gap_sweeps_a_fine_log_grid_per_setup():
         assert setups == [(["cls"], ["mlp_tanh"]), (["gap"], ["linear"]), (["cls"], ["linear"])]
         for block in prof.grids:
             lrs = sorted(block["model.lr"])
-            assert len(lrs) >= (5 if name == "demo" else 7) and all(1 < b / a <= 2 + 1e-9 for a, b in zip(lrs, lrs[1:]))
+            assert len(lrs) >= (5 if name.startswith("demo") else 7) and all(1 < b / a <= 2 + 1e-9 for a, b in zip(lrs, lrs[1:]))
     demo = ablation.profiles["demo"].grids[0]["model.lr"]
     assert min(demo) < 0.001 and 0.004 < max(demo)  # both sides of the 30-epoch check's lr (2e-3), with room
     assert len(ablation.profiles["demo"].seeds) >= 3

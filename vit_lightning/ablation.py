@@ -35,6 +35,10 @@ class Profile:
     grids: tuple[dict[str, list], ...]  # rectangular blocks; each block is one W&B grid sweep
     seeds: tuple[int, ...]  # swept as seed_everything
     description: str = ""
+    # a searched profile: W&B sweep keys (method bayes, run_cap, early_terminate) and `parameters` (key -> W&B
+    # distribution) for swept keys, which it searches instead of stepping through their grid values; `grid`: the
+    # grid profile its table measures it against
+    search: dict[str, Any] | None = None
 
     def __post_init__(self):
         if not self.grids or not self.seeds:
@@ -46,6 +50,8 @@ class Profile:
                 raise ValueError(f"profile {self.name!r}: a key is either fixed, swept or a seed, not two of these")
             if set(block) != set(self.grids[0]):
                 raise ValueError(f"profile {self.name!r}: every grid block must sweep the same keys")
+        if self.search is not None and not set(self.search.get("parameters", ())) <= set(self.axes):
+            raise ValueError(f"profile {self.name!r}: a search's parameters are keys its grid blocks sweep")
 
     @property
     def axes(self) -> tuple[str, ...]:

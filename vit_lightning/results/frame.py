@@ -40,7 +40,7 @@ def _why_not_used(rec: dict, cell: int, metric: float, profile: Any) -> str:
                if not k.startswith("run.") and k in config and not same(v, config[k])]
     if changed:
         return "settings differ from the profile: " + ", ".join(changed)
-    if cell < 0:
+    if cell < 0 and not getattr(profile, "search", None):  # a searched profile's points are its own
         return "not a designed cell"
     return "" if math.isfinite(metric) else "no metric"
 

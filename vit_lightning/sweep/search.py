@@ -40,7 +40,7 @@ def distribution(dist: str, spec: dict):
     """The Optuna distribution a W&B parameter is searched in (None: a constant)."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    if dist == "constant":
+    if dist == "constant" or (dist.startswith("categorical") and len(spec["values"]) == 1):
         return None
     if dist.startswith("categorical"):  # by index: values may be lists or mappings
         return CategoricalDistribution(list(range(len(spec["values"]))))
@@ -59,7 +59,7 @@ def value(dist: str, spec: dict, raw: Any) -> Any:
     if dist == "constant":
         return spec["value"]
     if dist.startswith("categorical"):
-        return spec["values"][raw]
+        return spec["values"][raw or 0]
     if dist == "int_uniform" or "min" in spec:
         x = raw
     elif "mu" in spec:
@@ -116,11 +116,11 @@ class Search:
 
     def describe(self) -> str:
         """One line: the space, the cap, how far it is."""
-        space = ", ".join(f"{n} {dist} " + json.dumps({k: v for k, v in spec.items()}) if dist != "constant"
-                          else f"{n}={spec['value']}" for n, (dist, spec) in self.params.items())
-        n = len(self.proposals())
+        space = ", ".join(f"{n} {dist} {json.dumps(spec)}" for n, (dist, spec) in self.params.items() if n in self.space)
+        fixed = len(self.params) - len(self.space)
         return (f"bayes search {self.journal.name}: {self.metric} ({'max' if self.maximize else 'min'}imize) over "
-                f"{space}; cap {self.cap}; {n} proposed, {self.done()} done; the next points depend on the results")
+                f"{space} ({fixed} settings fixed); cap {self.cap}; {len(self.proposals())} proposed, {self.done()} "
+                "done; the next points depend on the results")
 
     # --- proposing -----------------------------------------------------------------------------------
     def next(self) -> Trial | None:

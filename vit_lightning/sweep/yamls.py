@@ -32,6 +32,9 @@ def sweep_configs(ablation: Ablation, profile: str) -> list[tuple[str, dict]]:
             "command": list(COMMAND),
             "parameters": dict(sorted(params.items())),  # W&B reads parameters in sorted order too
         }
+        if prof.search:  # searched, not stepped through: W&B's keys as they are, the grid's values replaced
+            config.update({k: v for k, v in prof.search.items() if k not in ("parameters", "grid")})
+            config["parameters"] = dict(sorted({**params, **plain(prof.search["parameters"])}.items()))
         out.append((stem, config))
     return out
 
