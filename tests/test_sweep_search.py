@@ -190,3 +190,41 @@ def test_two_sweeps_on_one_root_share_one_search(stand_in):
     assert len(starts) == len(set(starts)) == 8  # 8 points, none trained twice
     assert all("started" in log for log in logs)  # both took part
     assert sorted(search.ids_of(stand_in.tmp_path / "runs" / "fake" / "demo")) == sorted(starts)
+
+
+def test_a_searched_profile_table_counts_its_spend_against_the_grid(tmp_path):
+    """demo_bayes's table from canned search records, against the committed cls_vs_gap demo grid."""
+    from vit_lightning.results import cli as table_cli
+
+    repo_grid = Path(__file__).resolve().parent.parent / "results" / "cls_vs_gap"
+    folder = tmp_path / "runs" / "cls_vs_gap" / "demo_bayes"
+    canned = [("cls", "mlp_tanh", 0.002, "completed", 20, 0.93), ("cls", "mlp_tanh", 0.007, "stopped_early", 3, 0.5),
+              ("cls", "mlp_tanh", 0.0006, "completed", 20, 0.9), ("gap", "linear", 0.0009, "completed", 20, 0.95)]
+    for k, (pool, head, lr, status, epochs, acc) in enumerate(canned):
+        (folder / f"t{k}").mkdir(parents=True)
+        config = {"model.pooling": pool, "model.head": head, "model.lr": lr, "seed_everything": 0}
+        record = {"name": f"t{k}", "trial": f"t{k}", "ablation": "cls_vs_gap", "profile": "demo_bayes",
+                  "status": status, "config": config, "metrics": {"val/acc_best": acc},
+                  "history": [{"epoch": e, "val/acc": acc} for e in range(epochs)],
+                  **({"stopped_early": "hyperband: val/acc_best 0.5 at bracket 3"} if status == "stopped_early" else {})}
+        (folder / f"t{k}" / "results.json").write_text(json.dumps(record))
+    out = tmp_path / "out"
+    assert table_cli.main(["cls_vs_gap", "--profile", "demo_bayes", "--runs", str(tmp_path / "runs"), "--out", str(out),
+                           "--compare-with", str(repo_grid), "--no-figures"]) == 0
+    text = (out / "table.md").read_text()
+    grid = [json.loads(p.read_text()) for p in (repo_grid / "records").glob("*.json")]
+    grid = [r for r in grid if r["profile"] == "demo"]
+    epochs = {s: sum(len(r["history"]) for r in grid if (r["config"]["model.pooling"], r["config"]["model.head"]) == s)
+              for s in (("cls", "mlp_tanh"), ("gap", "linear"))}
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in text.splitlines() if line.startswith("| cls/") or line.startswith("| gap/")}
+    # cls/mlp_tanh: 3 trials (1 stopped), 43 epochs; best lr 0.002, inside the grid's 0.0014 to 0.0032
+    assert rows["cls/mlp_tanh"][:5] == ["3 (1)", "43", "0.002", "0.9300", "15"]
+    assert rows["cls/mlp_tanh"][5] == str(epochs[("cls", "mlp_tanh")]) and rows["cls/mlp_tanh"][-1] == "yes"
+    # gap/linear: its one trial at 0.0009 lies below the grid's interval (0.0017 to 0.008)
+    assert rows["gap/linear"][:3] == ["1 (0)", "20", "0.0009"] and rows["gap/linear"][-1] == "no"
+    assert rows["cls/linear"][:4] == ["0 (0)", "0", "-", "missing"] and rows["cls/linear"][-1] == "-"
+    assert "inside the grid's 95% interval for 1 of 3 set-ups (outside: gap/linear)" in text
+    assert "| t2 " not in text  # a finished search point is no other's duplicate
+    stopped = next(line for line in text.splitlines() if line.startswith("| t1 "))
+    assert "stopped early (hyperband: val/acc_best 0.5 at bracket 3)" in stopped

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from vit_lightning.results.store import collect, fetch_wandb
-from vit_lightning.results.tables import build, figure_runs, other_draw
+from vit_lightning.results.tables import build, figure_runs, grid_draw, other_draw
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,9 +47,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.metric:
         ab = dataclasses.replace(ab, metric=args.metric)
-    out = Path(args.out or Path("results") / ab.name)
+    searched = ab.table_profile(args.profile).search
+    # a searched profile's table sits beside its grid's, which it reads (results/<ablation>/records by default)
+    out = Path(args.out or Path("results") / ab.name / (args.profile if searched else ""))
     other = None
-    if args.compare_with:
+    if searched:
+        try:
+            other = grid_draw(ab, ab.table_profile(args.profile), args.compare_with or Path("results") / ab.name)
+        except ValueError as e:
+            print(f"vit-ablate table: {e}", file=sys.stderr)
+            return 2
+    elif args.compare_with:
         try:
             other = other_draw(ab, ab.table_profile(args.profile), args.compare_with)
         except ValueError as e:

@@ -69,7 +69,8 @@ def runs_frame(ablation: Any, profile: Any, records: list[dict]) -> pd.DataFrame
                "val/acc", *COMPUTE, "cell", "note", "error", "time"]
     frame = pd.DataFrame(rows, columns=list(dict.fromkeys(columns)))
     frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").round().astype("Int64")
-    frame = _mark_superseded(frame, ["cell", "seed", *(["replicate"] if replicates else [])])
+    by = keys if getattr(profile, "search", None) else ["cell"]  # a search's points are no designed cells
+    frame = _mark_superseded(frame, [*by, "seed", *(["replicate"] if replicates else [])])
     order = frame["cell"].where(frame["cell"] >= 0, len(cells))
     frame = frame.assign(_order=order).sort_values(["_order", "seed", "name"], kind="stable")
     return frame.drop(columns="_order").reset_index(drop=True)

@@ -11,6 +11,7 @@ from vit_lightning.bookkeeping import write_atomic
 from vit_lightning.results.frame import cell_frame, design_cells, runs_frame, standing_runs
 from vit_lightning.results.layouts import BUILDERS
 from vit_lightning.results.render import to_latex, to_markdown
+from vit_lightning.results.searched import build_search
 from vit_lightning.results.shapes import Data
 from vit_lightning.results.store import load_records
 
@@ -27,9 +28,10 @@ def build(ablation: Any, profile: Any, out: Path, other: OtherDraw | None = None
     data = Data(ablation, profile, runs, cells, {r["name"]: r.get("history") or [] for r in records})
     if other is not None:
         their = runs_frame(ablation, other.profile, other.records)
-        data.other = Data(ablation, other.profile, their, cell_frame(ablation, other.profile, their), {})
+        data.other = Data(ablation, other.profile, their, cell_frame(ablation, other.profile, their),
+                          {r["name"]: r.get("history") or [] for r in other.records})
         data.other_source = other.source
-    rep = BUILDERS[ablation.layout](data)
+    rep = build_search(data) if profile.search else BUILDERS[ablation.layout](data)
     csv = runs.drop(columns=["cell", "time"])
     for col in ("seed", "params"):  # keep integers integral even when some runs lack them
         csv[col] = pd.to_numeric(csv[col], errors="coerce").round().astype("Int64")
@@ -71,6 +73,18 @@ def other_draw(ablation: Any, profile: Any, folder: str) -> OtherDraw:
         raise ValueError(f"{where}: its profile {names[0]!r} {why}; compare two draws of one design "
                          f"(profiles with the same cells and other seeds)")
     return OtherDraw(folder, theirs, records)
+
+
+def grid_draw(ablation: Any, profile: Any, folder: str | Path) -> OtherDraw:
+    """The records of the grid a searched profile is measured against (its search's `grid` profile) in
+    folder/records; ValueError (one line) when there are none."""
+    grid = ablation.table_profile(profile.search["grid"])
+    records = [r for r in load_records(Path(folder) / "records")
+               if r.get("profile") == grid.name and r.get("ablation", ablation.name) == ablation.name]
+    if not records:
+        raise ValueError(f"no records of the {ablation.name} {grid.name} grid in {Path(folder) / 'records'}, which "
+                         f"the {profile.name} table measures its search against: give --compare-with DIR")
+    return OtherDraw(str(folder), grid, records)
 
 
 def figure_runs(ablation: Any, profile: Any, out: Path) -> list[list[str]]:
