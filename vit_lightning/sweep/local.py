@@ -115,6 +115,7 @@ class Runner:
                  log: Callable[[str], None] | None = None, fork: bool = True, searches=()):
         self.trials, self.slots, self.retry_failed, self.fork = trials, slots, retry_failed, fork
         self.searches = list(searches)  # bayes searches (search.Search): their trials come one at a time
+        self.turn = -1  # the search the last proposal came from
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.state = State(self.log)
         self.supervisor = Supervisor(self.log)
@@ -188,8 +189,12 @@ class Runner:
 
     def _proposed(self) -> Trial | None:
         """The next trial of a bayes search (an unfinished one first), or None when every search is at its cap."""
+        if not self.searches:
+            return None
+        with self.supervisor.lock:  # each call starts at the next search: parallel slots spread over the searches
+            self.turn = k = (self.turn + 1) % len(self.searches)
         try:
-            for search in self.searches:
+            for search in self.searches[k:] + self.searches[:k]:
                 if (trial := search.next()) is not None:
                     with self.supervisor.lock:
                         if trial.id not in self.index:
