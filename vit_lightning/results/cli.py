@@ -26,7 +26,9 @@ def parser() -> argparse.ArgumentParser:
                    help="record metric to tabulate instead of the ablation's own, e.g. val/fewshot5 (the paper's)")
     p.add_argument("--compare-with", metavar="DIR",
                    help="another draw of the same design (DIR/records: a profile with the same cells, other seeds, "
-                        "e.g. results/pos_encoding): adds both draws' verdicts against the baseline, cell by cell")
+                        "e.g. results/pos_encoding): adds both draws' verdicts against the baseline, cell by cell; for a "
+                        "searched profile (cls_vs_gap demo_bayes), the folder of the grid it is measured against "
+                        "(default results/ABLATION)")
     p.add_argument("--no-figures", action="store_true",
                    help="skip the analysis figures (vit-ablate viz of one run per variant, from RUNS' checkpoints)")
     return p
