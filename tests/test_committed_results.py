@@ -47,8 +47,9 @@ def test_table_in_another_metric_regenerates(ablation, folder, metric, tmp_path)
         assert (out / name).read_bytes() == (committed / name).read_bytes(), f"{ablation}/{folder}/{name} differs"
 
 
-# Second draws of a demo (other seeds), each tabulated beside the first: (ablation, subfolder, profile)
-REPLICATES = [("pos_encoding", "replicate", "replicate")]
+# Second draws of a demo (other seeds), each tabulated beside the first, and searched profiles, each measured against
+# the demo grid: (ablation, subfolder, profile)
+REPLICATES = [("pos_encoding", "replicate", "replicate"), ("cls_vs_gap", "demo_bayes", "demo_bayes")]
 
 
 @pytest.mark.parametrize("ablation, folder, profile", REPLICATES)
