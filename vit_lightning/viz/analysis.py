@@ -21,7 +21,7 @@ def position_tables(vit) -> list[torch.Tensor] | None:
     tables = [part.embedding() for part in vit.pos.parts]
     if tables[0] is None:
         return None
-    return [t.detach()[vit.pool.num_prefix:] for t in tables]
+    return [t.detach()[vit.pos.positioned:] for t in tables]  # the table's own prefix rows ([class] token) dropped
 
 
 def cosine_similarity(table: torch.Tensor) -> torch.Tensor:
@@ -105,17 +105,17 @@ def attention_rollout(maps: list[torch.Tensor]) -> torch.Tensor:
     return rollout
 
 
-def rollout_on_grid(rollout: torch.Tensor, grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
+def rollout_on_grid(rollout: torch.Tensor, grid: tuple[int, int], num_prefix: int,
+                    class_token: bool | None = None) -> torch.Tensor:
     """What the pooled output attends to over the patch grid: (B, H, W).
 
-    With a [class] token, its row; without one (GAP, MAP), the mean of the patch rows, since the
-    pooled vector is built from every patch token's output.
+    With a [class] token (token 0; by default when there are prefix tokens), its row; without one (GAP, MAP),
+    the mean of the patch rows, since the pooled vector is built from every patch token's output. Prefix
+    tokens (the [class] token, registers) are left out of the columns.
     """
-    if num_prefix:
-        weights = rollout[:, 0, num_prefix:]  # (B, N)
-    else:
-        weights = rollout.mean(dim=1)  # (B, N)
-    return weights.reshape(-1, *grid)
+    class_token = bool(num_prefix) if class_token is None else class_token
+    rows = rollout[:, :1] if class_token else rollout[:, num_prefix:]  # (B, 1 | N, T)
+    return rows[:, :, num_prefix:].mean(dim=1).reshape(-1, *grid)  # (B, N) -> (B, H, W)
 
 
 def filter_components(weight: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -118,13 +118,14 @@ def compute(run: Run, chunk: int = 8) -> Numbers:
 
 def _attention_numbers(vit, images: torch.Tensor, numbers: Numbers, chunk: int) -> None:
     """Mean attention distance over all images and the rollout of the first few, a chunk of images at a time."""
-    prefix, total, maps = vit.pool.num_prefix, None, []
+    prefix, total, maps = vit.num_prefix, None, []  # [class] and register tokens
     for start in range(0, len(images), chunk):
         attention = vit.attention_maps(images[start: start + chunk])  # L x (b, h, T, T)
         part = analysis.attention_distance_sum(attention, numbers.grid, numbers.stride, prefix)
         total = part if total is None else total + part
         if start < SHOWN:
-            maps.append(analysis.rollout_on_grid(analysis.attention_rollout(attention), numbers.grid, prefix))
+            maps.append(analysis.rollout_on_grid(analysis.attention_rollout(attention), numbers.grid, prefix,
+                                                    bool(vit.pool.num_prefix)))
     n = numbers.grid[0] * numbers.grid[1]
     numbers.distance = (total / (len(images) * n)).numpy()
     numbers.images = images[:SHOWN].numpy()
