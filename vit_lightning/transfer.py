@@ -25,7 +25,8 @@ from vit_lightning.trained import TrainedError, checkpoint_path, data_options, r
 
 # ViTConfig fields that fix the architecture: taken from the source, a different one given is an error
 ARCH_KEYS = ("arch", "variant", "patch_size", "width", "depth", "heads", "mlp_dim", "pos_encoding", "pos_injection",
-             "pooling", "stem", "hybrid_layers", "hybrid_width", "head")
+             "pooling", "stem", "hybrid_layers", "hybrid_width", "head", "layer_scale", "reg_tokens", "qk_norm",
+             "pos_embed_class")
 DATA_KEYS = ("img_size", "in_chans", "num_classes")  # from the new data; img_size and num_classes may change
 RESAMPLE = ("bicubic", "bilinear", "nearest")  # model.pos_resample: how learned tables are interpolated
 TIMM = "timm:"
@@ -109,7 +110,7 @@ def _timm_source(spec: str) -> Source:
 
 def timm_options(vit) -> dict:
     """The ViTConfig options that build our twin of a timm VisionTransformer (patch stem only)."""
-    from vit_lightning.model.timm_weights import _head, timm_pooling
+    from vit_lightning.model.timm_weights import _head, timm_parts, timm_pooling
 
     embed, block = vit.patch_embed, vit.blocks[0]
     if type(embed).__name__ != "PatchEmbed":
@@ -119,9 +120,8 @@ def timm_options(vit) -> dict:
     depth, width, mlp_dim, heads = sizes
     return {"arch": "vit", "variant": variant, "depth": depth, "width": width, "mlp_dim": mlp_dim, "heads": heads,
             "patch_size": embed.patch_size[0], "img_size": list(embed.img_size), "in_chans": embed.proj.in_channels,
-            "num_classes": vit.num_classes, "pooling": timm_pooling(vit)[0], "head": _head(vit),
-            "pos_encoding": "none" if vit.pos_embed is None else "learned_1d", "pos_injection": "stem",
-            "stem": "patch"}
+            "num_classes": vit.num_classes, "pooling": timm_pooling(vit)[0], "head": _head(vit), "pos_injection": "stem",
+            **timm_parts(vit)}
 
 
 def adopt(config, defaults, argv: list[str]) -> Source | None:
