@@ -214,7 +214,7 @@ def test_bad_sources_are_one_line_before_anything_is_written(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
         assert sorted(tmp_path.rglob("*")) == before
-    for args, words in ((["--model.patch_size=4"], "a different patch size"),
+    for args, words in ((["--model.patch_size=5"], "not divisible by patch_size=5"),
                         (["--model.pos_encoding=none"], "model.pos_encoding='none' (the source has 'learned_1d')"),
                         (["--model.arch=swin"], "model.arch='swin' (the source has 'vit')")):
         assert train.main([f"--model.init_from={src}", *args, f"--run.root={tmp_path}", "--run.wandb=off"]) == 2

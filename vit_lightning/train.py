@@ -119,7 +119,7 @@ class FitCLI(LightningCLI):
         facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
         divergence, self.stop = DivergenceStop(), StopSignal()
         self.run_record = RunRecord(directory, config, facts, divergence)
-        self.run_record.init_from = self.source.account if self.source else None
+        self.run_record.init_from = transfer.account(self.source, config["model.patch_size"]) if self.source else None
         tty = sys.stdout.isatty()
         trainer_config = self.config_init.get("trainer") or Namespace()
         given = trainer_config.get("callbacks") or []

@@ -74,9 +74,14 @@ class ViT(nn.Module):
             )
 
     @torch.no_grad()
-    def resize(self, img_size: int | tuple[int, int], mode: str = "bicubic") -> None:
-        """Adapt to a new input resolution at the same patch size by resampling position encodings (`mode`)."""
+    def resize(self, img_size: int | tuple[int, int], mode: str = "bicubic", patch_size: int | None = None) -> None:
+        """Adapt to a new input resolution (and patch size: the kernel PI-resized) by resampling position encodings."""
         hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        if patch_size is not None and patch_size != self.config.patch_size:
+            if not hasattr(self.stem, "resize_patch"):
+                raise ValueError(f"the {self.config.stem} stem has no patch kernel to resize to patch_size={patch_size}")
+            self.stem.resize_patch(patch_size)
+            self.config.patch_size = patch_size
         self.pos.resample(self.stem.grid_for(hw), mode)
         self.config.img_size = img_size
 
