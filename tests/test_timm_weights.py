@@ -223,3 +223,25 @@ def test_layer_scale_is_evas_gamma():
     x = torch.randn(2, 5, 64)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), eva(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,img_size", [*((name, None) for name in NAMED), ("vit_small_patch14_reg4_dinov2", 224)])
+def test_init_from_a_timm_file_gives_timm_logits(name, img_size, tmp_path, monkeypatch):
+    from vit_lightning.transfer import read_source, start_from
+
+    reference = _named(name)
+    weights = tmp_path / f"{name}.pth"
+    torch.save(reference.state_dict(), weights)
+    create = timm.create_model  # timm:NAME builds timm's NAME; here its depth-2 twin, as above
+    monkeypatch.setattr(timm, "create_model", lambda n, **kw: create(n, **{**NAMED[name], **kw}))
+    source = read_source(f"timm:{name}@{weights}")
+    if img_size:  # timm's model at 224 px, the 518 px weights loaded as timm loads them (table resampled)
+        small = _named(name, img_size=img_size)
+        small.load_state_dict(checkpoint_filter_fn(reference.state_dict(), small))
+        reference = small
+    side = reference.patch_embed.img_size[0]
+    ours = ViT(**{**source.options, "img_size": side}).eval()
+    start_from(ours, source)
+    x = torch.randn(2, 3, side, side)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), reference(x), atol=1e-6, rtol=1e-5)
