@@ -101,3 +101,34 @@ def test_eval_and_fine_tuning_at_another_patch_size(tmp_path, capsys):
     record = json.loads((tmp_path / "adhoc/local/ft/results.json").read_text())
     assert record["status"] == "completed" and record["config"]["model.patch_size"] == 14
     assert record["init_from"]["patch_resize"] == {"from": 7, "to": 14, "kernel": "pi_resize (FlexiViT)"}
+
+
+def test_the_patch_size_table_has_a_transfer_view_from_the_eval_records(tmp_path):
+    import dataclasses
+
+    from test_results import make, md_cells, table, write_run
+
+    from vit_lightning import ablation as ablations
+
+    real = ablations.load("patch_size")
+    assert real.patch_transfer_reference[16] == 0.8141 and real.patch_transfer_source == "16"
+    ab = dataclasses.replace(make("patch_size", "model.patch_size", None, [{"model.patch_size": [4, 7]}], seeds=(0, 1),
+                                  layout="compute"), **{k: getattr(real, k) for k in (
+                             "patch_transfer_reference", "patch_transfer_source", "patch_transfer_note")})
+    _, md = table(ab, tmp_path)
+    assert "evaluated at every patch size" not in md  # no eval records: no transfer view
+    for seed in (0, 1):
+        for patch, own, other in [(4, 0.9, 0.5), (7, 0.8, 0.3 + 0.1 * seed)]:
+            name = write_run(tmp_path / "runs", ab, {"model.patch_size": patch}, seed, own, **{"model.img_size": 28})
+            path = tmp_path / "runs/patch_size/demo" / name / "results.json"
+            record = json.loads(path.read_text())
+            record["metrics"]["val/acc"] = own
+            record["eval"] = {f"mnist5k@28px/p{11 - patch}": {"val/acc": other}, "mnist5k@56px": {"val/acc": 0.0}}
+            path.write_text(json.dumps(record))
+    _, md = table(ab, tmp_path)
+    view = md.split("evaluated at every patch size (columns) without fine-tuning")[1]
+    assert md_cells(view, "trained \\ evaluated") == ["trained \\ evaluated", "4", "7"]
+    assert md_cells(view, "4") == ["4", "**0.9000 ± 0.0000 (n=2)**", "0.5000 ± 0.0000 (n=2)"]
+    assert md_cells(view, "7") == ["7", "0.3500 ± 0.0707 (n=2)", "**0.8000 ± 0.0000 (n=2)**"]
+    assert md_cells(md, "16") == ["16", "0.7631", "0.8156", "0.8193", "0.8141", "0.7361", "0.5138", "0.0403"]
+    assert "bwconrad/flexivit" in md

@@ -8,6 +8,7 @@ import pandas as pd
 
 from vit_lightning.results import plots
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
+from vit_lightning.results.patch_transfer import PATCH, transfer_tables
 from vit_lightning.results.render import Report, Table
 from vit_lightning.results.shapes import (
     BEST_CAVEAT,
@@ -196,6 +197,9 @@ def build_compute(data: Data) -> Report:
                        f"accuracy'): {verdict} ({comp.diff:+.4f}, Welch p={fmt_p(comp.p)}, one test)")
     tables = [comparison_table(cells, keys, "Accuracy and compute per cell", families,
                                paper=cells["paper"].notna().any())]
+    if ab.rows == PATCH and (transfer := transfer_tables(data)):
+        tables += transfer
+        seen.append("the patch-size transfer view below: each trained patch size evaluated at the others")
     if data.other is not None:
         table, text = _replication(data, families)
         tables, seen = tables + [table], seen + [text]
