@@ -31,7 +31,6 @@ ABLATION = Ablation(
     metric=METRIC,
     rows=REG,
     cols=None,
-    baseline={REG: 0},
     columns={**{f"viz/high_norm_q{q}": f"high-norm tokens, layer {at}" for q, at in QUARTERS.items()},
              **{f"viz/attn_entropy_q{q}": f"attention entropy (nats), layer {at}" for q, at in QUARTERS.items()}},
     reference={0: 0.811, 4: 0.809},

@@ -33,7 +33,7 @@ def test_a_token_ten_times_the_median_norm_is_high_and_uniform_attention_has_log
 
 def _registers_like(seeds=(0, 1)):
     real = ablations.load("registers")
-    small = make("registers", REG, None, [{REG: [0, 1, 4]}], seeds=seeds, baseline={REG: 0})
+    small = make("registers", REG, None, [{REG: [0, 1, 4]}], seeds=seeds)
     return dataclasses.replace(small, columns=real.columns), real
 
 
