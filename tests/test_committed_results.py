@@ -22,7 +22,7 @@ def table_pngs(folder: Path) -> list[str]:
 
 
 def test_every_ablation_has_committed_results():
-    assert set(ABLATIONS) == {"pos_encoding", "cls_vs_gap", "patch_size", "hybrid", "swin", "transfer"}
+    assert set(ABLATIONS) == {"pos_encoding", "cls_vs_gap", "patch_size", "hybrid", "swin", "transfer", "registers"}
 
 
 @pytest.mark.parametrize("ablation", ABLATIONS)

@@ -11,7 +11,8 @@ from torch import nn
 from vit_lightning import ViT, load_timm_weights
 
 timm = pytest.importorskip("timm")
-from timm.models.vision_transformer import ResPostBlock, VisionTransformer  # noqa: E402
+from timm.layers import RmsNorm, SwiGLUPacked  # noqa: E402
+from timm.models.vision_transformer import ResPostBlock, VisionTransformer, checkpoint_filter_fn  # noqa: E402
 
 SIZES = dict(img_size=32, patch_size=8, num_classes=7)
 TIMM = dict(SIZES, embed_dim=64, depth=2, num_heads=4)
@@ -40,8 +41,16 @@ ACCEPTED = {
     "class token + avg": (dict(global_pool="avg"), dict(pooling="gap_fcnorm_cls")),
     "map": (dict(class_token=False, global_pool="map"), dict(pooling="map")),
     "no qkv bias": (dict(qkv_bias=False), dict(pooling="cls")),
-    "no position for the class token": (dict(no_embed_class=True), dict(pooling="cls")),
+    "no position for the class token": (dict(no_embed_class=True), dict(pooling="cls", pos_embed_class=False)),
     "no position table": (dict(pos_embed="none"), dict(pooling="cls", pos_encoding="none")),
+    "layer scale": (dict(init_values=1e-5), dict(pooling="cls", layer_scale=1e-5)),
+    "qk norm": (dict(qk_norm=True), dict(pooling="cls", qk_norm=True)),
+    "registers, class token": (dict(reg_tokens=2, no_embed_class=True), dict(reg_tokens=2, pos_embed_class=False)),
+    "registers, avg": (dict(reg_tokens=3, class_token=False, global_pool="avg", no_embed_class=True),
+                       dict(reg_tokens=3, pooling="gap_fcnorm")),
+    "registers, class token + avg": (dict(reg_tokens=1, global_pool="avg", no_embed_class=True),
+                                     dict(reg_tokens=1, pooling="gap_fcnorm_cls", pos_embed_class=False)),
+    "registers, no position table": (dict(reg_tokens=2, pos_embed="none"), dict(reg_tokens=2, pos_encoding="none")),
 }
 
 
@@ -95,9 +104,11 @@ REFUSED = {
     "max pooling": (dict(class_token=False, global_pool="max"), "global_pool='max'"),
     "map with a class token": (dict(global_pool="map"), "global_pool='map' and a class token"),
     "prefix in the mean": (dict(global_pool="avg", pool_include_prefix=True), "pool_include_prefix"),
-    "register tokens": (dict(reg_tokens=2), "register tokens"),
-    "layer scale": (dict(init_values=1e-5), "layer scale"),
-    "qk norm": (dict(qk_norm=True), "qk_norm"),
+    "registers with positions": (dict(reg_tokens=2), "no_embed_class=False"),
+    "registers in the map pooling": (dict(reg_tokens=2, no_embed_class=True, class_token=False, global_pool="map"),
+                                     "attends to the register tokens"),
+    "SwiGLU MLP": (dict(mlp_layer=SwiGLUPacked, act_layer=nn.SiLU, mlp_ratio=2.0), "MLP is GluMlp (gated, e.g. SwiGLU)"),
+    "RMSNorm": (dict(norm_layer=RmsNorm), "block norms are RmsNorm"),
     "tanh GELU": (dict(act_layer="gelu_tanh"), "exact GELU"),
     "norm before the blocks": (dict(pre_norm=True), "pre_norm"),
     "no final norm": (dict(final_norm=False), "final_norm=False"),
@@ -143,3 +154,94 @@ def test_a_model_built_differently_is_refused(timm_options, our_options, reason)
 def test_a_state_dict_alone_is_refused():
     with pytest.raises(TypeError, match="not its state_dict"):
         load_timm_weights(ViT(**OURS), VisionTransformer(**TIMM).state_dict())
+
+
+# ---- the checkpoints compared against since 2022 (random weights, no download) ----------------------------------
+# Each is timm's own architecture by name, with depth 2 and a narrower width (the same flags: layer scale,
+# registers, no_embed_class, pooling), so that a 518 px forward stays a second or two on a CPU.
+NAMED = {
+    "deit3_small_patch16_224": dict(depth=2),
+    "vit_small_patch14_reg4_dinov2": dict(depth=2, embed_dim=96),
+    "vit_medium_patch16_reg4_gap_256": dict(depth=2, embed_dim=128),
+    "flexivit_small": dict(depth=2, embed_dim=96),
+}
+
+
+def _named(name: str, **options) -> VisionTransformer:
+    return _randomise(timm.create_model(name, pretrained=False, num_classes=7, **NAMED[name], **options))
+
+
+def _ours_for(reference: VisionTransformer) -> ViT:
+    from vit_lightning.transfer import timm_options
+
+    ours = ViT(**timm_options(reference)).eval()
+    load_timm_weights(ours, reference)
+    return ours
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_named_timm_models_give_equal_logits(name):
+    reference = _named(name)
+    ours = _ours_for(reference)
+    side = reference.patch_embed.img_size[0]  # 224, 518, 256, 240: each at its own resolution
+    x = torch.randn(2, 3, side, side)
+    with torch.no_grad():
+        want = reference(x)
+        assert (want[0] - want[1]).abs().max() > 1e-4  # the logits follow the image
+        torch.testing.assert_close(ours(x), want, atol=1e-6, rtol=1e-5)
+
+
+def test_dinov2_with_registers_at_224_px_gives_timm_logits():
+    """timm loads the 518 px weights into a 224 px model by resampling the table (bicubic, antialiased)."""
+    reference = _named("vit_small_patch14_reg4_dinov2")
+    assert reference.patch_embed.img_size == (518, 518) and not reference.dynamic_img_size
+    small = _named("vit_small_patch14_reg4_dinov2", img_size=224)
+    small.load_state_dict(checkpoint_filter_fn(reference.state_dict(), small))
+    dynamic = _named("vit_small_patch14_reg4_dinov2", dynamic_img_size=True)
+    dynamic.load_state_dict(reference.state_dict())
+    ours = _ours_for(reference)
+    ours.resize(224)
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), small(x), atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(ours(x), dynamic(x), atol=1e-6, rtol=1e-5)  # resampled at each forward
+
+
+def test_layer_scale_is_evas_gamma():
+    """timm's Eva blocks (the RoPE ViTs' class) scale their branches by gamma_1, gamma_2 as our ls1, ls2 do."""
+    from timm.models.eva import EvaBlock
+
+    from vit_lightning.model.layers import Block
+
+    eva = _randomise(EvaBlock(64, 4, qkv_bias=True, init_values=1e-5))
+    ours = Block(64, 4, 256, scale=1e-5).eval()
+    qkv_bias = torch.cat([eva.attn.q_bias, torch.zeros_like(eva.attn.q_bias), eva.attn.v_bias])  # Eva: no key bias
+    state = {"attn.qkv.weight": eva.attn.qkv.weight, "attn.qkv.bias": qkv_bias, "ls1.gamma": eva.gamma_1,
+             "ls2.gamma": eva.gamma_2, **{k: v for k, v in eva.state_dict().items()
+                                         if k.startswith(("norm1", "norm2", "attn.proj", "mlp.fc"))}}
+    ours.load_state_dict(state)
+    x = torch.randn(2, 5, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), eva(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,img_size", [*((name, None) for name in NAMED), ("vit_small_patch14_reg4_dinov2", 224)])
+def test_init_from_a_timm_file_gives_timm_logits(name, img_size, tmp_path, monkeypatch):
+    from vit_lightning.transfer import read_source, start_from
+
+    reference = _named(name)
+    weights = tmp_path / f"{name}.pth"
+    torch.save(reference.state_dict(), weights)
+    create = timm.create_model  # timm:NAME builds timm's NAME; here its depth-2 twin, as above
+    monkeypatch.setattr(timm, "create_model", lambda n, **kw: create(n, **{**NAMED[name], **kw}))
+    source = read_source(f"timm:{name}@{weights}")
+    if img_size:  # timm's model at 224 px, the 518 px weights loaded as timm loads them (table resampled)
+        small = _named(name, img_size=img_size)
+        small.load_state_dict(checkpoint_filter_fn(reference.state_dict(), small))
+        reference = small
+    side = reference.patch_embed.img_size[0]
+    ours = ViT(**{**source.options, "img_size": side}).eval()
+    start_from(ours, source)
+    x = torch.randn(2, 3, side, side)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), reference(x), atol=1e-6, rtol=1e-5)

@@ -39,7 +39,8 @@ def test_learned_tables_are_interpolated_on_the_patch_grid(mode):
     start_from(new, source, mode)
     for part_old, part_new in zip(old.pos.parts, new.pos.parts, strict=True):  # one table per layer
         table = part_old.table.detach()
-        want = F.interpolate(grid_image(table[1:]), size=(8, 8), mode=mode, align_corners=corners)
+        want = F.interpolate(grid_image(table[1:]), size=(8, 8), mode=mode, align_corners=corners,
+                             antialias=mode != "nearest")  # as timm and jax.image.resize
         torch.testing.assert_close(part_new.table[0], table[0])  # the [class] embedding is kept
         torch.testing.assert_close(part_new.table[1:], want[0].flatten(1).T)
 
@@ -61,7 +62,8 @@ def test_relative_bias_table_is_interpolated_and_sincos_recomputed(mode):
     new = ViT(**{**OLD, "img_size": 56}, pos_encoding="relative_bias_2d")
     start_from(new, source, mode)
     for part_old, part_new in zip(old.pos.parts, new.pos.parts, strict=True):
-        want = F.interpolate(part_old.table.detach()[None], size=(15, 15), mode=mode, align_corners=corners)[0]
+        want = F.interpolate(part_old.table.detach()[None], size=(15, 15), mode=mode, align_corners=corners,
+                             antialias=mode != "nearest")[0]
         torch.testing.assert_close(part_new.table, want)
     _, source = source_of(pos_encoding="sincos_2d", pooling="gap")
     new = ViT(**{**OLD, "img_size": 56}, pos_encoding="sincos_2d", pooling="gap")
@@ -212,7 +214,7 @@ def test_bad_sources_are_one_line_before_anything_is_written(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
         assert sorted(tmp_path.rglob("*")) == before
-    for args, words in ((["--model.patch_size=4"], "a different patch size"),
+    for args, words in ((["--model.patch_size=5"], "not divisible by patch_size=5"),
                         (["--model.pos_encoding=none"], "model.pos_encoding='none' (the source has 'learned_1d')"),
                         (["--model.arch=swin"], "model.arch='swin' (the source has 'vit')")):
         assert train.main([f"--model.init_from={src}", *args, f"--run.root={tmp_path}", "--run.wandb=off"]) == 2

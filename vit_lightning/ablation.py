@@ -92,6 +92,10 @@ class Ablation:
     # A swept key whose values replicate a cell, like seeds: the table averages over them (transfer: the source run)
     replicates: str | None = None
     columns: dict[str, str] = field(default_factory=dict)  # further metrics of the record -> column title, mean ± std
+    # patch_size only: top-1 of one published model PI-resized to other patch sizes, beside the transfer view
+    patch_transfer_reference: dict = field(default_factory=dict)  # evaluated patch size -> top-1
+    patch_transfer_source: str = ""  # the model's patch size (the row label)
+    patch_transfer_note: str = ""  # what the reference numbers are
     doc: str = field(default="", compare=False)  # the ablation file's docstring
 
     def __post_init__(self):

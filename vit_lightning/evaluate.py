@@ -2,7 +2,8 @@
 
 SOURCE is what `fit --model.init_from` takes (a run dir, a .ckpt, timm:NAME, timm:NAME@FILE). The data
 defaults to the run's own; any `--data.*` option changes it (another dataset, another img_size), and the
-position encoding is resampled as fine-tuning would resample it. The numbers go to a JSON record beside
+position encoding is resampled as fine-tuning would resample it. `--model.patch_size=N` evaluates at another
+patch size, the patch kernel PI-resized (FlexiViT) and the encodings resampled to the new grid. The numbers go to a JSON record beside
 the checkpoint (or --out), or into the run's results.json with --into-record.
 """
 
@@ -21,7 +22,7 @@ from vit_lightning import fewshot
 from vit_lightning.bookkeeping import RECORD, now, write_atomic
 from vit_lightning.identity import plain
 from vit_lightning.trained import TrainedError, build_data
-from vit_lightning.transfer import RESAMPLE, TIMM, SourceError, read_source, start_from
+from vit_lightning.transfer import RESAMPLE, TIMM, SourceError, account, read_source, start_from
 
 
 @torch.no_grad()
@@ -50,6 +51,8 @@ def accuracy(vit: torch.nn.Module, loader, progress: bool = False) -> dict[str, 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vit-ablate eval", description=__doc__.split(":", 1)[1].strip().split("\n")[0])
     p.add_argument("source", help="a run dir, a .ckpt, timm:NAME or timm:NAME@FILE")
+    p.add_argument("--model.patch_size", dest="patch_size", type=int, default=None,
+                   help="evaluate at this patch size (the kernel PI-resized; default: the source's)")
     p.add_argument("--pos-resample", choices=RESAMPLE, default="bicubic", help="interpolation of learned tables")
     p.add_argument("--shots", type=int, nargs="*", default=list(fewshot.SHOTS), help="few-shot k ([]: none)")
     p.add_argument("--out", type=Path, default=None, help="JSON record to write (default: beside the checkpoint)")
@@ -77,17 +80,19 @@ def run(args, changes: dict) -> tuple[dict, Path]:
     datamodule = build_data(source.data or {}, **changes)
     from vit_lightning.model import ViT
 
+    patch = args.patch_size or source.options.get("patch_size")
     vit = ViT(**{**source.options, "img_size": datamodule.img_size, "in_chans": datamodule.in_chans,
-                 "num_classes": datamodule.num_classes})
+                 "num_classes": datamodule.num_classes, "patch_size": patch})
     start_from(vit, source, args.pos_resample)
     vit.to(args.device)
     metrics = accuracy(vit, datamodule.val_dataloader(), progress=sys.stderr.isatty())
     if args.shots:
         metrics.update(fewshot.evaluate(vit, datamodule, tuple(args.shots)))
     options = {**(source.data or {}), **changes}
-    record = {"source": source.account, "data": options, "img_size": datamodule.img_size,
-              "pos_resample": args.pos_resample, "metrics": metrics, "finished_at": now()}
-    name = f"eval-{options.get('name', 'data')}-{datamodule.img_size}px.json"
+    record = {"source": account(source, patch), "data": options, "img_size": datamodule.img_size,
+              "patch_size": patch, "pos_resample": args.pos_resample, "metrics": metrics, "finished_at": now()}
+    resized = f"-p{patch}" if "patch_resize" in record["source"] else ""
+    name = f"eval-{options.get('name', 'data')}-{datamodule.img_size}px{resized}.json"
     beside = Path(source.account["file"]).parent if source.account.get("file") else Path(".")
     return record, args.out or beside / name
 
@@ -107,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.into_record and not args.source.startswith(TIMM):
         path = Path(record["source"]["file"]).parent / RECORD
         run_record = json.loads(path.read_text())
-        key = f"{record['data'].get('name')}@{record['img_size']}px"
+        resized = record["source"].get("patch_resize")
+        key = f"{record['data'].get('name')}@{record['img_size']}px" + (f"/p{resized['to']}" if resized else "")
         run_record.setdefault("eval", {})[key] = record["metrics"]
         write_atomic(path, (json.dumps(plain(run_record), indent=2) + "\n").encode())
         print(f"updated {path}")

@@ -2,8 +2,9 @@
 
 A source is a run directory, a `vit-ablate fit` checkpoint, `timm:NAME` (weights downloaded by timm)
 or `timm:NAME@FILE` (a local file holding that timm model's state dict). The new run takes the
-source's architecture, resamples each position encoding to the new patch grid the way that encoding
-must be resampled, and gets the paper's zero-initialised head when the classes change (or when asked).
+source's architecture (a patch stem's patch size may change: its kernel is PI-resized, see model/flexi.py),
+resamples each position encoding to the new patch grid the way that encoding must be resampled, and gets
+the paper's zero-initialised head when the classes change (or when asked).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from vit_lightning.trained import TrainedError, checkpoint_path, data_options, r
 
 # ViTConfig fields that fix the architecture: taken from the source, a different one given is an error
 ARCH_KEYS = ("arch", "variant", "patch_size", "width", "depth", "heads", "mlp_dim", "pos_encoding", "pos_injection",
-             "pooling", "stem", "hybrid_layers", "hybrid_width", "head")
+             "pooling", "stem", "hybrid_layers", "hybrid_width", "head", "layer_scale", "reg_tokens", "qk_norm",
+             "pos_embed_class")
+RESIZED = ("patch_size",)  # architecture options a patch-stem source may change: its kernel is PI-resized (FlexiViT)
 DATA_KEYS = ("img_size", "in_chans", "num_classes")  # from the new data; img_size and num_classes may change
 RESAMPLE = ("bicubic", "bilinear", "nearest")  # model.pos_resample: how learned tables are interpolated
 TIMM = "timm:"
@@ -109,7 +112,7 @@ def _timm_source(spec: str) -> Source:
 
 def timm_options(vit) -> dict:
     """The ViTConfig options that build our twin of a timm VisionTransformer (patch stem only)."""
-    from vit_lightning.model.timm_weights import _head, timm_pooling
+    from vit_lightning.model.timm_weights import _head, timm_parts, timm_pooling
 
     embed, block = vit.patch_embed, vit.blocks[0]
     if type(embed).__name__ != "PatchEmbed":
@@ -119,9 +122,8 @@ def timm_options(vit) -> dict:
     depth, width, mlp_dim, heads = sizes
     return {"arch": "vit", "variant": variant, "depth": depth, "width": width, "mlp_dim": mlp_dim, "heads": heads,
             "patch_size": embed.patch_size[0], "img_size": list(embed.img_size), "in_chans": embed.proj.in_channels,
-            "num_classes": vit.num_classes, "pooling": timm_pooling(vit)[0], "head": _head(vit),
-            "pos_encoding": "none" if vit.pos_embed is None else "learned_1d", "pos_injection": "stem",
-            "stem": "patch"}
+            "num_classes": vit.num_classes, "pooling": timm_pooling(vit)[0], "head": _head(vit), "pos_injection": "stem",
+            **timm_parts(vit)}
 
 
 def adopt(config, defaults, argv: list[str]) -> Source | None:
@@ -153,6 +155,8 @@ def conflicts(source: dict, given: dict) -> list[str]:
     default = ViTConfig(**{k: v for k, v in source.items() if k in ARCH_KEYS or k in DATA_KEYS})
     out = []
     for key in ARCH_KEYS:
+        if key in RESIZED and default.stem == "patch":
+            continue
         if key in given and key in source and _norm(given[key]) != _norm(getattr(default, key)):
             out.append(f"model.{key}={given[key]!r} (the source has {_norm(getattr(default, key))!r})")
     return out
@@ -165,11 +169,18 @@ def _norm(value):
 def architecture(source: Source, given: dict) -> dict:
     """The source's architecture options (a conflicting given one is a SourceError naming both values)."""
     if found := conflicts(source.options, given):
-        what = "a different patch size cannot reuse the patch embedding; " if any(
-            f.startswith("model.patch_size=") for f in found) else ""
-        raise SourceError(f"model.init_from={source.account['source']}: {what}{'; '.join(found)}: "
+        raise SourceError(f"model.init_from={source.account['source']}: {'; '.join(found)}: "
                           "the architecture comes from the source (leave these options out)")
-    return {k: source.options[k] for k in ARCH_KEYS if k in source.options}
+    options = {k: source.options[k] for k in ARCH_KEYS if k in source.options}
+    return {**options, **{k: given[k] for k in RESIZED if given.get(k) is not None}}
+
+
+def account(source: Source, patch_size: int | None) -> dict:
+    """The record's account of the source, with what was done to its patch kernel when the patch size changed."""
+    old = source.options.get("patch_size")
+    if patch_size is None or old is None or patch_size == old or source.options.get("stem", "patch") != "patch":
+        return source.account
+    return {**source.account, "patch_resize": {"from": old, "to": patch_size, "kernel": "pi_resize (FlexiViT)"}}
 
 
 @torch.no_grad()
@@ -179,7 +190,7 @@ def start_from(vit, source: Source, mode: str = "bicubic", new_head: bool = Fals
 
     old = ViT(**source.options)
     old.load_state_dict(source.state)
-    old.resize(vit.config.img_size, mode)
+    old.resize(vit.config.img_size, mode, vit.config.patch_size)  # a new patch size: the kernel PI-resized
     state = old.state_dict()
     check_data(source, vit.config.in_chans)
     head = {k for k in state if k.startswith("head.")}

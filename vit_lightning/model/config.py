@@ -47,7 +47,8 @@ ARCH_DEFAULTS = {
 # options of one architecture only, with the value that means "not used"
 VIT_ONLY = {"depth": None, "heads": None, "mlp_dim": None, "stem": "patch", "pos_injection": "stem",
             "hybrid_layers": (3, 4, 9), "hybrid_width": 64,
-            "init": "paper"}  # Swin initialises as the Swin paper does (swin.init_swin), whatever the ViT's init
+            "init": "paper",  # Swin initialises as the Swin paper does (swin.init_swin), whatever the ViT's init
+            "reg_tokens": 0, "pos_embed_class": True}
 SWIN_ONLY = {"window_size": 7, "shift": True}
 
 
@@ -95,6 +96,13 @@ class ViTConfig:
         shift: swin: shift every second block's windows by M // 2 (false: the Swin paper's "w/o shifting").
         init: initialisation, paper (vit_jax / big_vision: xavier_uniform dense kernels, lecun_normal patch
             embedding and pre_logits, zero classifier) or timm (trunc_normal(0.02), for parity with timm weights).
+        layer_scale: DeiT-III's layer scale: the initial value of a learned per-channel scale on every residual
+            branch (e.g. 1e-5; timm's init_values); off (None) by default.
+        reg_tokens: register tokens (Darcet et al. 2024): learned tokens after the [class] token, without a
+            position, left out of the pooling, the few-shot features and the figures; 0 by default (vit only).
+        qk_norm: LayerNorm of every head's queries and keys before their dot product (ViT-22B; timm's qk_norm).
+        pos_embed_class: true: the learned_1d table has a row for the [class] token (the paper); false: only the
+            patches have one (DeiT-III, timm's no_embed_class); vit only.
     """
 
     arch: str = "vit"
@@ -120,6 +128,11 @@ class ViTConfig:
     window_size: int = 7
     shift: bool = True
     init: str = "paper"
+    # since the paper (DeiT-III, registers, ViT-22B), off by default; checked in _check_since_paper
+    layer_scale: float | None = None
+    reg_tokens: int = 0
+    qk_norm: bool = False
+    pos_embed_class: bool = True
 
     def __post_init__(self):
         check_choice("arch", self.arch, ARCHS)
@@ -163,6 +176,21 @@ class ViTConfig:
                 f"got hybrid_layers={list(self.hybrid_layers)}, hybrid_width={self.hybrid_width}"
             )
         self._check_rates()
+        self._check_since_paper()
+
+    def _check_since_paper(self) -> None:
+        """layer_scale, reg_tokens, qk_norm, pos_embed_class: values, and where they apply."""
+        if self.layer_scale is not None and not self.layer_scale > 0:
+            raise ValueError(f"layer_scale must be a positive initial value (or None: off), got {self.layer_scale!r}")
+        if isinstance(self.reg_tokens, bool) or not isinstance(self.reg_tokens, int) or self.reg_tokens < 0:
+            raise ValueError(f"reg_tokens must be a count >= 0, got {self.reg_tokens!r}")
+        if self.arch == "vit" and not self.pos_embed_class:
+            if not POOLINGS[self.pooling].num_prefix:
+                raise ValueError(f"pos_embed_class=false leaves the [class] token out of the position table, but "
+                                 f"pooling={self.pooling!r} has no [class] token")
+            if not ENCODINGS[self.pos_encoding].prefix_rows:
+                raise ValueError(f"pos_embed_class=false: pos_encoding={self.pos_encoding!r} gives the [class] token "
+                                 "no position anyway; only learned_1d has a [class] row to leave out")
 
     def _check_only(self, options: dict, arch: str) -> None:
         for name, unused in options.items():
@@ -194,6 +222,7 @@ class ViTConfig:
         if self.width % heads[0]:
             raise ValueError(f"width={self.width} must be a multiple of {heads[0]} (stage 1 heads of Swin-{self.variant})")
         self._check_rates()
+        self._check_since_paper()
 
     @property
     def img_hw(self) -> tuple[int, int]:

@@ -1,4 +1,10 @@
-"""The pre-LN Transformer encoder block of the paper: z + MSA(LN(z)), then z + MLP(LN(z))."""
+"""The pre-LN Transformer encoder block of the paper: z + MSA(LN(z)), then z + MLP(LN(z)).
+
+Two later options, both off by default: layer scale (DeiT-III, CaiT: z + diag(gamma) MSA(LN(z)), gamma a learned
+per-channel vector starting at `layer_scale`; timm's `init_values` / `ls1`, `ls2`, the same as its Eva's `gamma_1`,
+`gamma_2`) and qk-norm (ViT-22B: LayerNorm of each head's queries and keys before the dot product; timm's
+`qk_norm=True`).
+"""
 
 from __future__ import annotations
 
@@ -19,10 +25,12 @@ class Attention(nn.Module):
     the outputs are the same numbers as the fused path.
     """
 
-    def __init__(self, dim: int, heads: int, attn_dropout: float = 0.0, dropout: float = 0.0):
+    def __init__(self, dim: int, heads: int, attn_dropout: float = 0.0, dropout: float = 0.0, qk_norm: bool = False):
         super().__init__()
         self.heads, self.attn_dropout = heads, attn_dropout
         self.qkv = nn.Linear(dim, 3 * dim)
+        norm = (lambda: nn.LayerNorm(dim // heads, eps=1e-6)) if qk_norm else nn.Identity
+        self.q_norm, self.k_norm = norm(), norm()
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(dropout)
         self.keep_probs, self.probs = False, None
@@ -38,6 +46,7 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, relative: nn.Module | None = None) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)  # (B, h, T, hd)
+        q, k = self.q_norm(q), self.k_norm(k)  # identities unless qk_norm
         bias = relative(q) if relative is not None else None  # (B|1, h, T, T) or None
         if self.keep_probs:
             logits = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
@@ -80,6 +89,22 @@ class Mlp(nn.Module):
         return self.drop(self.fc2(self.drop(F.gelu(self.fc1(x)))))
 
 
+class LayerScale(nn.Module):
+    """A learned per-channel scale on a residual branch, every channel starting at `value` (DeiT-III, CaiT)."""
+
+    def __init__(self, dim: int, value: float):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((dim,), float(value)))  # (D,), whatever model.init says
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma.to(x.dtype)
+
+
+def layer_scale(dim: int, value: float | None) -> nn.Module:
+    """A LayerScale starting at `value`, or the identity when `value` is None (off)."""
+    return nn.Identity() if value is None else LayerScale(dim, value)
+
+
 class DropPath(nn.Module):
     """Stochastic depth: in training, drop a residual branch for a whole sample with probability `rate`."""
 
@@ -103,12 +128,14 @@ class Block(nn.Module):
     """One encoder layer (eq. 2-3 of the paper)."""
 
     def __init__(self, dim: int, heads: int, mlp_dim: int, dropout: float = 0.0, attn_dropout: float = 0.0,
-                 drop_path: float = 0.0):
+                 drop_path: float = 0.0, scale: float | None = None, qk_norm: bool = False):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
-        self.attn = Attention(dim, heads, attn_dropout, dropout)
+        self.attn = Attention(dim, heads, attn_dropout, dropout, qk_norm)
+        self.ls1 = layer_scale(dim, scale)
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = Mlp(dim, mlp_dim, dropout)
+        self.ls2 = layer_scale(dim, scale)
         self.drop_path = DropPath(drop_path)
 
     def init_weights(self, init: str) -> None:
@@ -120,8 +147,8 @@ class Block(nn.Module):
             self.mlp.init_paper()
 
     def forward(self, x: torch.Tensor, relative: nn.Module | None = None) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), relative))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        x = x + self.drop_path(self.ls1(self.attn(self.norm1(x), relative)))
+        return x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
 
 
 def init_dense(module: nn.Module) -> None:

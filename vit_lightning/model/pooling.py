@@ -128,6 +128,25 @@ class AttentionPool(nn.Module):
         return y + self.mlp(self.mlp_norm(y))
 
 
+class Registers(nn.Module):
+    """Register tokens (Darcet et al., "Vision Transformers Need Registers", ICLR 2024): `count` learned tokens
+    placed before the patches (after the pooling's [class] token), with no position, dropped before the pooling."""
+
+    def __init__(self, dim: int, count: int):
+        super().__init__()
+        self.count = count
+        # normal(1e-6) under either init, as DINOv2 and timm: equal registers would stay equal (no position)
+        self.tokens = nn.Parameter(torch.randn(1, count, dim) * 1e-6) if count else None
+
+    def prepend(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, N, D) patch tokens -> (B, R + N, D)."""
+        return x if self.tokens is None else torch.cat([self.tokens.expand(x.shape[0], -1, -1).to(x.dtype), x], 1)
+
+    def drop(self, x: torch.Tensor, after: int) -> torch.Tensor:
+        """(B, P + R + N, D) -> (B, P + N, D): the `after` leading tokens and the patches, without the registers."""
+        return x if self.tokens is None else torch.cat([x[:, :after], x[:, after + self.count:]], 1)
+
+
 POOLINGS: dict[str, type[nn.Module]] = {
     "cls": ClassToken,
     "gap": GlobalAvgPool,

@@ -2,8 +2,9 @@
 
 Every encoding is built as `Encoding(dim, heads, grid, num_prefix)`, declares where it may be
 injected, knows the (H, W) patch grid it was built for, and resamples itself to another grid.
-Prefix tokens (the [class] token) sit before the patch tokens; only `learned_1d` gives them a
-position, as the paper's E_pos in R^{(N+1) x D}.
+Prefix tokens (the [class] token, then any register tokens) sit before the patch tokens; only
+`learned_1d` gives the [class] token a position, as the paper's E_pos in R^{(N+1) x D} (unless
+`pos_embed_class=false`, DeiT-III's choice); register tokens never get one.
 """
 
 from __future__ import annotations
@@ -23,11 +24,16 @@ def _interp_1d(table: torch.Tensor, size: int, mode: str = "bicubic") -> torch.T
 
 
 def _interp_2d(table: torch.Tensor, size: tuple[int, int], mode: str = "bicubic") -> torch.Tensor:
-    """Resample a (C, H, W) table to (C, *size): bicubic, bilinear or nearest, pixel centres aligned."""
+    """Resample a (C, H, W) table to (C, *size): bicubic, bilinear or nearest, pixel centres aligned.
+
+    Antialiased, as timm's `resample_abs_pos_embed` and big_vision's `jax.image.resize` (their bicubic is Keys'
+    a = -0.5, PyTorch's antialiased one; shrinking a table averages instead of skipping rows).
+    """
     if tuple(table.shape[-2:]) == tuple(size):
         return table
-    corners = None if mode == "nearest" else False
-    return F.interpolate(table[None], size=tuple(size), mode=mode, align_corners=corners)[0]
+    smooth = mode != "nearest"
+    return F.interpolate(table[None], size=tuple(size), mode=mode, align_corners=False if smooth else None,
+                         antialias=smooth)[0]
 
 
 # Where an encoding can enter the network: added to the tokens once, before the first block (the
@@ -43,6 +49,7 @@ class Encoding(nn.Module):
     """
 
     relative: bool = False
+    prefix_rows: bool = False  # whether the table has rows of its own for prefix tokens (else they get zeros)
     injections: tuple[str, ...]
 
     def __init_subclass__(cls, **kwargs):
@@ -74,7 +81,7 @@ class NoEncoding(Encoding):
 class Learned1d(Encoding):
     """The paper's default: one learned vector per token in raster order (class token included)."""
 
-    injections = INJECTIONS
+    injections, prefix_rows = INJECTIONS, True
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -267,14 +274,22 @@ ENCODINGS: dict[str, type[Encoding]] = {
 
 
 class PositionEncoding(nn.Module):
-    """The chosen encoding, injected where asked: at the stem, or at the input of every block."""
+    """The chosen encoding, injected where asked: at the stem, or at the input of every block.
 
-    def __init__(self, name: str, injection: str, dim: int, heads: int, grid, depth: int, num_prefix: int):
+    `num_prefix` tokens precede the patches; the first `positioned` of them (the [class] token, when the
+    table covers it) are an absolute encoding's to place; the rest (registers) get no position.
+    """
+
+    def __init__(self, name: str, injection: str, dim: int, heads: int, grid, depth: int, num_prefix: int,
+                 positioned: int | None = None):
         super().__init__()
         kind = ENCODINGS[name]
         self.relative, self.injection = kind.relative, injection
+        positioned = num_prefix if positioned is None else positioned
+        self.positioned, self.unpositioned = positioned, num_prefix - positioned
         copies = depth if (self.relative or injection == "every_layer") else 1
-        self.parts = nn.ModuleList(kind(dim, heads, grid, num_prefix) for _ in range(copies))
+        prefix = num_prefix if self.relative else positioned  # relative encodings bias every prefix token alike
+        self.parts = nn.ModuleList(kind(dim, heads, grid, prefix) for _ in range(copies))
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -284,8 +299,13 @@ class PositionEncoding(nn.Module):
         """Add the absolute embedding due at the input of block `layer` to (B, T, D) tokens."""
         if self.relative or (self.injection == "stem" and layer > 0):
             return x
-        table = self.parts[layer if self.injection == "every_layer" else 0].embedding()
-        return x if table is None else x + table.to(x.dtype)
+        table = self.parts[layer if self.injection == "every_layer" else 0].embedding()  # (positioned + N, D)
+        if table is None:
+            return x
+        if self.unpositioned:  # zero rows for the register tokens, between the [class] token and the patches
+            p = self.positioned
+            table = torch.cat([table[:p], table.new_zeros(self.unpositioned, table.shape[1]), table[p:]])
+        return x + table.to(x.dtype)
 
     def attention_bias(self, layer: int) -> nn.Module | None:
         """The module that turns block `layer`'s queries into logits bias, for relative encodings."""

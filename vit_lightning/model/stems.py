@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vit_lightning.model.flexi import pi_resize
 from vit_lightning.model.layers import lecun_normal_
 
 
@@ -36,6 +37,15 @@ class PatchStem(nn.Module):
                 divisors = [d for d in range(1, side + 1) if side % d == 0]
                 raise ValueError(f"image size {side} is not divisible by patch_size={p}; valid patch sizes: {divisors}")
         return img_size[0] // p, img_size[1] // p
+
+    @torch.no_grad()
+    def resize_patch(self, patch_size: int) -> None:
+        """Another patch size: the kernel PI-resized (FlexiViT), the bias kept."""
+        weight = pi_resize(self.proj.weight, (patch_size, patch_size))
+        proj = nn.Conv2d(self.proj.in_channels, self.proj.out_channels, patch_size, stride=patch_size)
+        proj.weight.copy_(weight)
+        proj.bias.copy_(self.proj.bias)
+        self.proj, self.patch_size = proj.to(weight.device), patch_size
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, N, D)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vit_lightning.model.config import SWIN_ENCODINGS, SWIN_VARIANTS, ViTConfig
-from vit_lightning.model.layers import Attention, DropPath, Mlp, drop_path_rates, keeping_attention
+from vit_lightning.model.layers import Attention, DropPath, Mlp, drop_path_rates, keeping_attention, layer_scale
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import Learned1d, RelativeBias2d
 from vit_lightning.model.stems import PatchStem
@@ -89,9 +89,11 @@ class SwinBlock(nn.Module):
                  drop_path: float):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)  # Swin's LayerNorms keep PyTorch's eps (1e-5)
-        self.attn = Attention(dim, heads, cfg.attn_dropout, cfg.dropout)
+        self.attn = Attention(dim, heads, cfg.attn_dropout, cfg.dropout, cfg.qk_norm)
+        self.ls1 = layer_scale(dim, cfg.layer_scale)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = Mlp(dim, 4 * dim, cfg.dropout)
+        self.ls2 = layer_scale(dim, cfg.layer_scale)
         self.drop_path = DropPath(drop_path)
         self.window, self.shifted = window, shifted
         self.bias = WindowBias(heads, window, relative)
@@ -119,8 +121,8 @@ class SwinBlock(nn.Module):
         y = window_merge(y, self.m, h + ph, w + pw)[:, :h, :w]
         if self.s:
             y = torch.roll(y, shifts=(self.s, self.s), dims=(1, 2))
-        x = x + self.drop_path(y)
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        x = x + self.drop_path(self.ls1(y))
+        return x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
 
 
 class PatchMerging(nn.Module):

@@ -3,9 +3,11 @@
 The timm model itself is read, not only its state dict: the pooling, the place of the final
 LayerNorm, the activation and the block type decide the logits but leave no trace in the weights.
 Accepted: the pre-norm ViT with exact GELU and LayerNorm(eps=1e-6), a patch or BiT hybrid stem, a
-learned position table (or none) added at the stem, [class] token / average / attention pooling as
-listed in `timm_pooling`, and a linear or MLP-tanh head (`head = Sequential(Linear, Tanh, Linear)`;
-timm 1.x has no `representation_size`). Anything else is refused with the reason.
+learned position table (or none) added at the stem, with or without a row for the [class] token
+(`no_embed_class`), [class] token / average / attention pooling as listed in `timm_pooling`, layer
+scale (`init_values`), register tokens (`reg_tokens`, without a position), qk-norm, and a linear or
+MLP-tanh head (`head = Sequential(Linear, Tanh, Linear)`; timm 1.x has no `representation_size`).
+Anything else is refused with the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch import nn
 # timm name pattern -> our name; the first matching rule wins, a name matching none is unexpected
 _RULES = [
     (r"^cls_token$", "pool.token"),
+    (r"^reg_token$", "registers.tokens"),
     (r"^pos_embed$", "pos.parts.0.table"),
     (r"^patch_embed\.proj\.(weight|bias)$", r"stem.proj.\1"),
     (r"^patch_embed\.backbone\.stem\.conv\.weight$", "stem.root.0.weight"),
@@ -25,7 +28,9 @@ _RULES = [
     (r"^patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.conv\.weight$", r"stem.stages.\1.\2.downsample.0.weight"),
     (r"^patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.norm\.(weight|bias)$", r"stem.stages.\1.\2.downsample.1.\3"),
     (r"^patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.((conv|norm)\d\.(weight|bias))$", r"stem.stages.\1.\2.\3"),
-    (r"^blocks\.(\d+)\.((norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.(weight|bias))$", r"blocks.\1.\2"),
+    (r"^blocks\.(\d+)\.((norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)\.(weight|bias))$",
+     r"blocks.\1.\2"),
+    (r"^blocks\.(\d+)\.(ls1|ls2)\.gamma$", r"blocks.\1.\2.gamma"),
     (r"^attn_pool\.latent$", "pool.probe"),
     (r"^attn_pool\.(q|kv|proj)\.(weight|bias)$", r"pool.\1.\2"),
     (r"^attn_pool\.norm\.(weight|bias)$", r"pool.mlp_norm.\1"),
@@ -85,16 +90,22 @@ def _unsupported(vit) -> str | None:
 
     if getattr(vit, "dist_token", None) is not None:
         return "distilled (DeiT) models have a distillation token and two heads"
-    if vit.num_reg_tokens:
-        return f"{vit.num_reg_tokens} register tokens"
+    if vit.num_reg_tokens and vit.pos_embed is not None and not vit.no_embed_class:
+        return "its register tokens have rows in the position table (no_embed_class=False); here registers have no position"
+    if vit.num_reg_tokens and vit.global_pool == "map":
+        return "its attention pooling attends to the register tokens; here registers are left out of the pooling"
     if not _is(vit.norm_pre, nn.Identity):
         return "a LayerNorm before the blocks (pre_norm=True)"
     for i, block in enumerate(vit.blocks):
-        if type(block) is not Block or type(block.attn) is not Attention or type(block.mlp) is not Mlp:
-            kinds = f"{type(block).__name__}/{type(block.attn).__name__}/{type(block.mlp).__name__}"
-            return f"block {i} is {kinds}; only timm's pre-norm Block/Attention/Mlp match this ViT"
-        extras = {"layer scale (init_values)": (block.ls1, block.ls2), "qk_norm": (block.attn.q_norm, block.attn.k_norm),
-                  "scale_attn_norm": (block.attn.norm,), "scale_mlp_norm": (block.mlp.norm,)}
+        if type(block) is not Block or type(block.attn) is not Attention:
+            kinds = f"{type(block).__name__}/{type(block.attn).__name__}"
+            return f"block {i} is {kinds}; only timm's pre-norm Block/Attention match this ViT"
+        if type(block.mlp) is not Mlp:
+            gated = " (gated, e.g. SwiGLU)" if "Glu" in type(block.mlp).__name__ else ""
+            return f"block {i}'s MLP is {type(block.mlp).__name__}{gated}; this ViT's MLP is Linear, GELU, Linear (timm's Mlp)"
+        if not (_is(block.attn.q_norm, (nn.Identity, nn.LayerNorm)) and type(block.attn.k_norm) is type(block.attn.q_norm)):
+            return f"qk_norm with {type(block.attn.q_norm).__name__} (this ViT's qk-norm is LayerNorm)"
+        extras = {"scale_attn_norm": (block.attn.norm,), "scale_mlp_norm": (block.mlp.norm,)}
         for what, modules in extras.items():
             if not all(_is(m, nn.Identity) for m in modules):
                 return f"{what} is not part of this ViT"
@@ -105,6 +116,9 @@ def _unsupported(vit) -> str | None:
             return f"MLP activation {act} (this ViT uses exact GELU)"
         if not (_is(block.norm1, nn.LayerNorm) and _is(block.norm2, nn.LayerNorm)):
             return f"block norms are {type(block.norm1).__name__} (this ViT uses LayerNorm)"
+    ls = {type(m).__name__ for b in vit.blocks for m in (b.ls1, b.ls2)}
+    if len(ls) != 1 or not ls <= {"Identity", "LayerScale"}:
+        return f"layer scale of kinds {sorted(ls)}; here every branch has timm's LayerScale or none"
     for name, module in vit.named_modules():
         if _is(module, nn.LayerNorm) and (module.eps != 1e-6 or module.weight is None or module.bias is None):
             return f"{name} is LayerNorm(eps={module.eps}, affine={module.weight is not None}); this ViT uses eps=1e-6, affine"
@@ -178,13 +192,29 @@ def load_timm_weights(model, timm_model: nn.Module) -> None:
     except ValueError as error:
         raise ValueError(f"cannot load this timm model: {error}") from None
     cfg = model.config
-    encoding = "none" if timm_model.pos_embed is None else "learned_1d"
-    stem = "hybrid" if type(timm_model.patch_embed).__name__ == "HybridEmbed" else "patch"
-    wanted = {"pooling": pooling, "pos_encoding": encoding, "pos_injection": "stem", "stem": stem, "head": _head(timm_model)}
-    differ = [f"{k}={v!r} (model has {getattr(cfg, k)!r})" for k, v in wanted.items() if getattr(cfg, k) != v]
+    wanted = {"pooling": pooling, "pos_injection": "stem", "head": _head(timm_model), **timm_parts(timm_model)}
+    differ = [f"{k}={v!r} (model has {getattr(cfg, k)!r})" for k, v in wanted.items() if _differs(k, v, getattr(cfg, k))]
     if differ:
         raise ValueError(f"build the model to match the timm one: {', '.join(differ)}")
     model.load_state_dict(_translate(model, timm_model, norm), strict=True)
+
+
+def _differs(key: str, want, have) -> bool:
+    """Whether our option `key` fails timm's value; any layer_scale value fits (the weights replace the initial one)."""
+    return (want is None) != (have is None) if key == "layer_scale" else want != have
+
+
+def timm_parts(vit) -> dict:
+    """The ViTConfig options that a timm VisionTransformer's structure fixes beyond its sizes and pooling.
+
+    `layer_scale` is timm's `init_values` (only whether it is set shows in the logits: the weights replace it).
+    """
+    block = vit.blocks[0]
+    return {"pos_encoding": "none" if vit.pos_embed is None else "learned_1d",
+            "stem": "hybrid" if type(vit.patch_embed).__name__ == "HybridEmbed" else "patch",
+            "layer_scale": None if _is(block.ls1, nn.Identity) else float(getattr(block.ls1, "init_values", 1e-5)),
+            "reg_tokens": vit.num_reg_tokens, "qk_norm": not _is(block.attn.q_norm, nn.Identity),
+            "pos_embed_class": not (vit.no_embed_class and vit.has_class_token and vit.pos_embed is not None)}
 
 
 def _translate(model, timm_model: nn.Module, norm: str) -> dict[str, torch.Tensor]:
@@ -195,10 +225,7 @@ def _translate(model, timm_model: nn.Module, norm: str) -> dict[str, torch.Tenso
         if target is None:
             unexpected.append(name)
         elif name == "pos_embed":
-            table = tensor[0]  # (1, T, D) -> (T, D)
-            if timm_model.no_embed_class and timm_model.has_class_token:  # the class token gets no position
-                table = torch.cat([table.new_zeros(1, table.shape[1]), table])
-            ours[target] = table
+            ours[target] = tensor[0]  # (1, T, D) -> (T, D): the same rows (pos_embed_class says whether the first is the [class] token's)
         else:
             ours[target] = tensor
     if unexpected:

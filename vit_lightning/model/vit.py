@@ -7,7 +7,7 @@ from torch import nn
 
 from vit_lightning.model.config import ViTConfig
 from vit_lightning.model.layers import Block, drop_path_rates, keeping_attention
-from vit_lightning.model.pooling import HEADS, POOLINGS
+from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
 from vit_lightning.model.position import PositionEncoding
 from vit_lightning.model.stems import STEMS
 
@@ -26,13 +26,15 @@ class ViT(nn.Module):
             raise ValueError(f"ViT builds arch='vit', got arch={cfg.arch!r}; use Swin (or build_backbone)")
         self.stem = STEMS[cfg.stem](cfg)
         self.pool = POOLINGS[cfg.pooling](cfg.width, cfg.heads)
+        self.registers = Registers(cfg.width, cfg.reg_tokens)
         grid = self.stem.grid_for(cfg.img_hw)
+        positioned = self.pool.num_prefix if cfg.pos_embed_class else 0  # the [class] token's row in the table
         self.pos = PositionEncoding(
-            cfg.pos_encoding, cfg.pos_injection, cfg.width, cfg.heads, grid, cfg.depth, self.pool.num_prefix
+            cfg.pos_encoding, cfg.pos_injection, cfg.width, cfg.heads, grid, cfg.depth, self.num_prefix, positioned
         )
         self.pos_drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
-            Block(cfg.width, cfg.heads, cfg.mlp_dim, cfg.dropout, cfg.attn_dropout, rate)
+            Block(cfg.width, cfg.heads, cfg.mlp_dim, cfg.dropout, cfg.attn_dropout, rate, cfg.layer_scale, cfg.qk_norm)
             for rate in drop_path_rates(cfg.drop_path, cfg.depth)
         )
         for part in (self.stem, self.pool, *self.blocks):  # position encodings initialise themselves when built
@@ -41,11 +43,16 @@ class ViT(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) images -> (B, D) pooled representation."""
-        x = self.pool.prepend(self.stem(x))  # (B, T, D), T = prefix + N
+        x = self.pool.prepend(self.registers.prepend(self.stem(x)))  # (B, T, D), T = [class] + registers + N
         x = self.pos_drop(self.pos.add(x, 0))
         for i, block in enumerate(self.blocks):
             x = block(x if i == 0 else self.pos.add(x, i), self.pos.attention_bias(i))
-        return self.pool(x)
+        return self.pool(self.registers.drop(x, self.pool.num_prefix))
+
+    @property
+    def num_prefix(self) -> int:
+        """Tokens before the patches: the pooling's [class] token (if any), then the registers."""
+        return self.pool.num_prefix + self.registers.count
 
     def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, D) the representation a linear probe reads: the head's hidden layer if it has one."""
@@ -67,9 +74,14 @@ class ViT(nn.Module):
             )
 
     @torch.no_grad()
-    def resize(self, img_size: int | tuple[int, int], mode: str = "bicubic") -> None:
-        """Adapt to a new input resolution at the same patch size by resampling position encodings (`mode`)."""
+    def resize(self, img_size: int | tuple[int, int], mode: str = "bicubic", patch_size: int | None = None) -> None:
+        """Adapt to a new input resolution (and patch size: the kernel PI-resized) by resampling position encodings."""
         hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        if patch_size is not None and patch_size != self.config.patch_size:
+            if not hasattr(self.stem, "resize_patch"):
+                raise ValueError(f"the {self.config.stem} stem has no patch kernel to resize to patch_size={patch_size}")
+            self.stem.resize_patch(patch_size)
+            self.config.patch_size = patch_size
         self.pos.resample(self.stem.grid_for(hw), mode)
         self.config.img_size = img_size
 
@@ -81,8 +93,9 @@ class ViT(nn.Module):
             return [block.attn.probs for block in self.blocks]
 
     def no_weight_decay(self) -> set[str]:
-        """Names of parameters that should not be decayed: position tables, the [class] token, the pooling probe."""
-        return {n for n, _ in self.named_parameters() if n.startswith("pos.") or n in ("pool.token", "pool.probe")}
+        """Names of parameters that should not be decayed: position tables, the [class] token, registers, the probe."""
+        return {n for n, _ in self.named_parameters()
+                if n.startswith("pos.") or n in ("pool.token", "pool.probe", "registers.tokens")}
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -8,6 +8,7 @@ import pandas as pd
 
 from vit_lightning.results import plots
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
+from vit_lightning.results.patch_transfer import PATCH, transfer_tables
 from vit_lightning.results.render import Report, Table
 from vit_lightning.results.shapes import (
     BEST_CAVEAT,
@@ -137,6 +138,24 @@ def _comparisons(data: Data) -> tuple[list[Family], list[str], str]:
     return families, seen, tests if refs else "none: no finished runs to compare"
 
 
+HIGH_NORM_KEY = "viz/high_norm_"  # artifact columns that `vit-ablate viz --into-record` adds to a record
+
+
+def _artifacts(data: Data) -> str | None:
+    """A sentence on the high-norm patch tokens an ablation's columns measure (registers), or None."""
+    keys = [k for k in data.ablation.columns if k.startswith(HIGH_NORM_KEY)]
+    if not keys:
+        return None
+    measured = [(i, k, v[0]) for k in keys for i, v in data.cells[k].items() if v[2] > 0]
+    if not measured:
+        return "high-norm tokens: not measured (run `vit-ablate viz RUN --into-record` on the runs, then the table)"
+    index, key, worst = max(measured, key=lambda m: m[2])
+    if worst == 0:
+        return ("no run shows a single high-norm patch token in any layer measured: at this scale the artifact that "
+                "registers remove does not appear, so this table cannot show their effect on it")
+    return f"high-norm patch tokens appear: up to {worst:.1%} of them ({_names(data)[index]}, {data.ablation.columns[key]})"
+
+
 # ---- the layouts --------------------------------------------------------------------------------
 
 def build_grid(data: Data) -> Report:
@@ -156,6 +175,8 @@ def build_grid(data: Data) -> Report:
     if data.other is not None:
         table, text = _replication(data, families)
         tables, seen = tables + [table], seen + [text]
+    if artifacts := _artifacts(data):
+        seen.append(artifacts)
     return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs")
 
 
@@ -176,6 +197,9 @@ def build_compute(data: Data) -> Report:
                        f"accuracy'): {verdict} ({comp.diff:+.4f}, Welch p={fmt_p(comp.p)}, one test)")
     tables = [comparison_table(cells, keys, "Accuracy and compute per cell", families,
                                paper=cells["paper"].notna().any())]
+    if ab.rows == PATCH and (transfer := transfer_tables(data)):
+        tables += transfer
+        seen.append("the patch-size transfer view below: each trained patch size evaluated at the others")
     if data.other is not None:
         table, text = _replication(data, families)
         tables, seen = tables + [table], seen + [text]

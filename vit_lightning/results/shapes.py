@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -24,6 +24,7 @@ class Data:
     history: dict[str, list[dict]]  # run name -> per-epoch metrics
     other: Data | None = None  # another draw of the same design (--compare-with), its verdicts shown beside these
     other_source: str = ""  # where the other draw's records came from, as the user named it
+    records: dict[str, dict] = field(default_factory=dict)  # run name -> its record (eval results)
 
 
 # ---- text ---------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ def build(ablation: Any, profile: Any, out: Path, other: OtherDraw | None = None
     records = load_records(out / "records")
     runs = runs_frame(ablation, profile, records)
     cells = cell_frame(ablation, profile, runs)
-    data = Data(ablation, profile, runs, cells, {r["name"]: r.get("history") or [] for r in records})
+    data = Data(ablation, profile, runs, cells, {r["name"]: r.get("history") or [] for r in records},
+                records={r["name"]: r for r in records})
     if other is not None:
         their = runs_frame(ablation, other.profile, other.records)
         data.other = Data(ablation, other.profile, their, cell_frame(ablation, other.profile, their),

@@ -21,7 +21,7 @@ def position_tables(vit) -> list[torch.Tensor] | None:
     tables = [part.embedding() for part in vit.pos.parts]
     if tables[0] is None:
         return None
-    return [t.detach()[vit.pool.num_prefix:] for t in tables]
+    return [t.detach()[vit.pos.positioned:] for t in tables]  # the table's own prefix rows ([class] token) dropped
 
 
 def cosine_similarity(table: torch.Tensor) -> torch.Tensor:
@@ -105,17 +105,17 @@ def attention_rollout(maps: list[torch.Tensor]) -> torch.Tensor:
     return rollout
 
 
-def rollout_on_grid(rollout: torch.Tensor, grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
+def rollout_on_grid(rollout: torch.Tensor, grid: tuple[int, int], num_prefix: int,
+                    class_token: bool | None = None) -> torch.Tensor:
     """What the pooled output attends to over the patch grid: (B, H, W).
 
-    With a [class] token, its row; without one (GAP, MAP), the mean of the patch rows, since the
-    pooled vector is built from every patch token's output.
+    With a [class] token (token 0; by default when there are prefix tokens), its row; without one (GAP, MAP),
+    the mean of the patch rows, since the pooled vector is built from every patch token's output. Prefix
+    tokens (the [class] token, registers) are left out of the columns.
     """
-    if num_prefix:
-        weights = rollout[:, 0, num_prefix:]  # (B, N)
-    else:
-        weights = rollout.mean(dim=1)  # (B, N)
-    return weights.reshape(-1, *grid)
+    class_token = bool(num_prefix) if class_token is None else class_token
+    rows = rollout[:, :1] if class_token else rollout[:, num_prefix:]  # (B, 1 | N, T)
+    return rows[:, :, num_prefix:].mean(dim=1).reshape(-1, *grid)  # (B, N) -> (B, H, W)
 
 
 def filter_components(weight: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,3 +132,39 @@ def filter_components(weight: torch.Tensor, count: int) -> tuple[torch.Tensor, t
     signs = torch.sign(comps.gather(1, comps.abs().argmax(dim=1, keepdim=True)))  # (k, 1)
     variance = s**2
     return (comps * signs).reshape(k, *weight.shape[1:]), variance[:k] / variance.sum().clamp_min(1e-300)
+
+
+# Register tokens (Darcet et al. 2024): a few patch tokens of a large, long-trained ViT grow outputs about ten times
+# the norm of the others and take the attention; a patch token counts as high-norm above this many medians.
+HIGH_NORM = 4.0
+
+
+def block_outputs(vit, images: torch.Tensor) -> list[torch.Tensor]:
+    """The output tokens of every block, each (B, T, D), for `images` (B, C, H, W)."""
+    outputs = []
+    hooks = [block.register_forward_hook(lambda _m, _i, out: outputs.append(out.detach())) for block in vit.blocks]
+    try:
+        vit(images)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return outputs
+
+
+def high_norm_counts(outputs: list[torch.Tensor], num_prefix: int, factor: float = HIGH_NORM) -> torch.Tensor:
+    """(L,) patch tokens per layer whose output norm exceeds `factor` x the median patch-token norm of its image."""
+    counts = []
+    for tokens in outputs:  # (B, T, D)
+        norms = tokens[:, num_prefix:].double().norm(dim=-1)  # (B, N)
+        counts.append((norms > factor * norms.median(dim=1, keepdim=True).values).sum())
+    return torch.stack(counts).double()
+
+
+def attention_entropy_sum(maps: list[torch.Tensor], num_prefix: int) -> torch.Tensor:
+    """(L,) entropy (nats) of each patch query's attention over every token, mean over heads, summed over
+    images and queries; divide by (images x patches) for the mean. Low: attention on a few tokens."""
+    out = []
+    for probs in maps:  # (B, h, T, T)
+        p = probs.double()[:, :, num_prefix:]  # (B, h, N, T) rows of the patch queries
+        out.append(-(p * p.clamp_min(1e-300).log()).sum(-1).mean(1).sum())
+    return torch.stack(out)

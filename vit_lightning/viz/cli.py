@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+from vit_lightning.bookkeeping import RECORD, write_atomic
 from vit_lightning.trained import checkpoint_path
-from vit_lightning.viz.run import VizError, compute, draw, load_run, log_to_wandb
+from vit_lightning.viz import analysis
+from vit_lightning.viz.run import VizError, artifact_metrics, compute, draw, load_run, log_to_wandb
 
 
 def parser() -> argparse.ArgumentParser:
@@ -20,6 +23,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default: viz/ beside the checkpoint)")
     p.add_argument("--images", type=_count, default=32,
                    help="validation images to average attention over (default 32; 0: weight figures only)")
+    p.add_argument("--into-record", action="store_true",
+                   help="also add the artifact numbers (high-norm token fraction, attention entropy per layer) to the "
+                        "run's results.json, where the registers table reads them")
     p.add_argument("--wandb", choices=("auto", "off"), default="auto",
                    help="auto: also log the PNGs to the run's W&B run when its record names one")
     return p
@@ -32,6 +38,21 @@ def _count(text: str) -> int:
     return value
 
 
+def into_record(run, numbers) -> str:
+    """Add the artifact numbers to the run's results.json (atomically); a line saying what was done."""
+    if getattr(numbers, "high_norm", None) is None:
+        return "--into-record: nothing added (no attention numbers: a Swin run, or --images 0)"
+    path = run.directory / RECORD
+    if not path.is_file():
+        return f"--into-record: nothing added (no {RECORD} beside the checkpoint)"
+    record = json.loads(path.read_text())
+    record.setdefault("metrics", {}).update(artifact_metrics(numbers))
+    record["viz"] = {"images": len(run.images), "high_norm_factor": analysis.HIGH_NORM,
+                     "high_norm": numbers.high_norm.tolist(), "attn_entropy": numbers.entropy.tolist()}
+    write_atomic(path, (json.dumps(record, indent=2) + "\n").encode())
+    return f"updated {path}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -40,9 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vit-ablate viz: error: {error}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else checkpoint_path(Path(args.run)).parent / "viz"
-    paths = draw(compute(run), out)
+    numbers = compute(run)
+    paths = draw(numbers, out)
     for path in paths:
         print(f"note: {path.read_text().strip()} ({path})" if path.suffix == ".txt" else path)
+    if args.into_record:
+        print(into_record(run, numbers), file=sys.stderr)
     said = log_to_wandb(run, paths) if args.wandb == "auto" else None
     if said:
         print(said, file=sys.stderr)

@@ -46,7 +46,8 @@ class Run:
     @property
     def title(self) -> str:
         c = self.vit.config
-        return f"{c.pos_encoding} ({c.pos_injection}), {c.pooling}"
+        registers = f", {c.reg_tokens} registers" if getattr(c, "reg_tokens", 0) else ""
+        return f"{c.pos_encoding} ({c.pos_injection}), {c.pooling}{registers}"
 
 
 @dataclass
@@ -62,6 +63,8 @@ class Numbers:
     distance: np.ndarray | None = None  # (L, heads) mean attention distance in pixels
     images: np.ndarray | None = None  # (k, C, H, W) the images drawn with their rollout
     rollout: np.ndarray | None = None  # (k, H', W') rollout weights on the token grid
+    high_norm: np.ndarray | None = None  # (L,) fraction of patch tokens whose output norm is high (analysis.HIGH_NORM)
+    entropy: np.ndarray | None = None  # (L,) mean entropy of the patch queries' attention, nats
 
 
 def load_run(path: Path, images: int) -> Run:
@@ -118,17 +121,35 @@ def compute(run: Run, chunk: int = 8) -> Numbers:
 
 def _attention_numbers(vit, images: torch.Tensor, numbers: Numbers, chunk: int) -> None:
     """Mean attention distance over all images and the rollout of the first few, a chunk of images at a time."""
-    prefix, total, maps = vit.pool.num_prefix, None, []
+    prefix, total, maps = vit.num_prefix, None, []  # [class] and register tokens
+    high, entropy = 0.0, 0.0
     for start in range(0, len(images), chunk):
         attention = vit.attention_maps(images[start: start + chunk])  # L x (b, h, T, T)
         part = analysis.attention_distance_sum(attention, numbers.grid, numbers.stride, prefix)
         total = part if total is None else total + part
+        entropy = entropy + analysis.attention_entropy_sum(attention, prefix)
+        high = high + analysis.high_norm_counts(analysis.block_outputs(vit, images[start: start + chunk]), prefix)
         if start < SHOWN:
-            maps.append(analysis.rollout_on_grid(analysis.attention_rollout(attention), numbers.grid, prefix))
+            maps.append(analysis.rollout_on_grid(analysis.attention_rollout(attention), numbers.grid, prefix,
+                                                    bool(vit.pool.num_prefix)))
     n = numbers.grid[0] * numbers.grid[1]
     numbers.distance = (total / (len(images) * n)).numpy()
+    numbers.high_norm, numbers.entropy = (high / (len(images) * n)).numpy(), (entropy / (len(images) * n)).numpy()
     numbers.images = images[:SHOWN].numpy()
     numbers.rollout = torch.cat(maps)[:SHOWN].numpy()
+
+
+QUARTERS = (1, 2, 3, 4)  # the registers table's layers: ceil(q L / 4), every layer of the 4-block demo
+
+
+def artifact_metrics(numbers: Numbers) -> dict[str, float]:
+    """Record metrics viz/high_norm_q<q>, viz/attn_entropy_q<q>: the artifact numbers at each quarter of the depth."""
+    depth, out = len(numbers.high_norm), {}
+    for q in QUARTERS:
+        layer = -(-q * depth // 4) - 1  # 0-based index of layer ceil(q L / 4)
+        out[f"viz/high_norm_q{q}"] = float(numbers.high_norm[layer])
+        out[f"viz/attn_entropy_q{q}"] = float(numbers.entropy[layer])
+    return out
 
 
 def max_distance(numbers: Numbers) -> float:
@@ -208,6 +229,8 @@ def _draw_attention(numbers: Numbers, out: Path) -> list[Path]:
         rollout_figure(out / "rollout.png", numbers.images, numbers.rollout, numbers.stride,
                        f"Attention rollout\n{numbers.title}"),
         write_csv(out / "rollout.csv", ["image", "row", "col", "weight"], cells),
+        write_csv(out / "artifacts.csv", ["layer", f"high_norm_fraction_{analysis.HIGH_NORM:g}x_median", "attention_entropy_nats"],
+                  [(i + 1, float(h), float(e)) for i, (h, e) in enumerate(zip(numbers.high_norm, numbers.entropy))]),
     ]
 
 
