@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from vit_lightning.bookkeeping import RECORD
-from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, run_name, world_size
+from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, world_size
+from vit_lightning.model.family import trial_name
 from vit_lightning.sweep.expand import expand, render_args
+from vit_lightning.transfer import source_kind, source_problem
 
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]  # W&B's default
 
@@ -87,7 +89,7 @@ def build(configs: list[dict], count: int | None = None, seed: int = 0, gpus: in
     trials: dict[Path, Trial] = {}
     for config in configs:
         for params in expand(config, count=count, seed=seed):
-            given = {**params, TRIAL_KEY: run_name(params, world_size(params, gpus))}
+            given = {**params, TRIAL_KEY: trial_name(params, world_size(params, gpus))}
             trial = Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)))
             trials.setdefault(trial.run_dir.resolve(), trial)  # `runs` and `$PWD/runs` are one directory
     return list(trials.values())
@@ -118,14 +120,10 @@ def missing_sources(all_trials: list[Trial], options: str = "") -> str | None:
     missing: dict[tuple[str, str], list[str]] = {}
     for trial in all_trials:
         source = trial.params.get(SOURCE_KEY)
-        if not source or str(source).startswith("timm:") or str(source).endswith(".ckpt"):
+        if not source or source_kind(str(source)) != "run":
             continue
-        path = Path(str(source))
-        try:
-            record = json.loads((path / RECORD).read_text())
-        except (OSError, ValueError):
-            record = {}
-        if not isinstance(record, dict) or record.get("status") != "completed":
+        if source_problem(str(source)):  # fit's own rule: a checkpoint, and a record that says completed
+            path = Path(str(source))
             missing.setdefault((path.parent.parent.name, path.parent.name), []).append(path.name)
     if not missing:
         return None
