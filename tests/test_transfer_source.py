@@ -101,3 +101,40 @@ def test_a_source_retrained_in_the_same_process_is_read_anew(source_run, tmp_pat
     changed = [k for k in before.state if not torch.equal(before.state[k], after.state[k])]
     assert changed  # the new weights, not the ones read first
     assert after.id == before.id == "trial:src"  # the same run, trained again
+
+
+def _finished_source(path, **options):
+    """A run directory holding a checkpoint of a ViT of `options` and a completed record (no training)."""
+    from vit_lightning.module import ViTClassifier
+
+    path.mkdir(parents=True)
+    model = ViTClassifier(**{"variant": "micro", "patch_size": 7, "img_size": 28, "in_chans": 1, "num_classes": 10,
+                             **options})
+    torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}, path / "last.ckpt")
+    (path / "results.json").write_text(json.dumps({"status": "completed", "trial": path.name, "metrics": {}}))
+    return path
+
+
+def test_the_sweep_checks_a_transfer_trial_with_the_sources_architecture(tmp_path):
+    from vit_lightning.sweep.validate import SweepError, check_trial
+
+    src = _finished_source(tmp_path / "src", width=32, heads=2, pos_encoding="relative_bias_2d")
+    check_trial([f"--model.init_from={src}", "--data.img_size=56"])  # adopts width 32, heads 2, the source's encoding
+    with pytest.raises(SweepError, match=r"model.pos_encoding='none' \(the source has 'relative_bias_2d'\)"):
+        check_trial([f"--model.init_from={src}", "--model.pos_encoding=none"])  # fit refuses it: so does the sweep
+    check_trial(["--data.img_size=35"])  # from scratch: the demo's patch 7 divides 35
+    patch4 = _finished_source(tmp_path / "patch4", patch_size=4)
+    with pytest.raises(SweepError, match="35"):
+        check_trial([f"--model.init_from={patch4}", "--data.img_size=35"])  # the source's patch 4 does not
+
+
+def test_missing_sources_follow_fits_rule(tmp_path):
+    from vit_lightning.sweep import trials
+
+    done = _finished_source(tmp_path / "runs/a/p/done")
+    no_ckpt = tmp_path / "runs/a/p/no_ckpt"
+    no_ckpt.mkdir()
+    (no_ckpt / "results.json").write_text(json.dumps({"status": "completed", "trial": "no_ckpt"}))
+    configs = [{"method": "grid", "parameters": {"model.init_from": {"values": [str(done), str(no_ckpt)]}}}]
+    line = trials.missing_sources(trials.build(configs))
+    assert line is not None and "no_ckpt" in line and "done" not in line.split(":", 1)[1].split("make")[0]

@@ -15,7 +15,6 @@ from vit_lightning.bookkeeping import RECORD
 from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, world_size
 from vit_lightning.model.family import trial_name
 from vit_lightning.sweep.expand import expand, render_args
-from vit_lightning.transfer import source_kind, source_problem
 
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]  # W&B's default
 
@@ -117,6 +116,8 @@ SOURCE_KEY = "model.init_from"  # a trial started from another run names that ru
 def missing_sources(all_trials: list[Trial], options: str = "") -> str | None:
     """One line naming the source runs (model.init_from run directories) without a finished record and the
     sweeps that make them; None when every source has finished. `options`: added to each command."""
+    from vit_lightning.transfer import source_kind, source_problem  # torch and Lightning: only for a transfer sweep
+
     missing: dict[tuple[str, str], list[str]] = {}
     for trial in all_trials:
         source = trial.params.get(SOURCE_KEY)
