@@ -113,19 +113,24 @@ def world_size(config: dict[str, Any], gpus: int) -> int:
     return max(1, count) * int(normalize(config.get("trainer.num_nodes")) or 1)
 
 
-def run_name(params: dict[str, Any], world: int = 1, neutral: dict | None = None, parts: dict | None = None) -> str:
+def run_name(params: dict[str, Any], world: int = 1, neutral: dict | None = None, parts: dict | None = None,
+             defaults: dict | None = None) -> str:
     """Readable summary of the ablation axes present, plus a hash of every normalised value that changes training.
 
     `world` is the run's world_size; beyond one process it is part of the name and the hash (the global batch).
     `neutral`: options left out at these values (added after runs were named: the names stay); `parts`: option
     -> {value: readable part} for values the usual parts do not show (model.family.trial_name passes both).
+    `defaults` (an ad-hoc fit's parser defaults): values equal to them are left out of the hash, so an option
+    added later with a default leaves every name as it was; a sweep trial hashes every parameter it was given.
     """
     neutral, parts = neutral or {}, parts or {}
     values = {k: normalize(v) for k, v in params.items() if not k.startswith(NOT_IDENTITY)}
     values = {k: v for k, v in values.items() if k not in neutral or v != neutral[k]}
     if world != 1:
         values[WORLD_KEY] = world
-    digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
+    hashed = values if defaults is None else {
+        k: v for k, v in values.items() if k not in defaults or v != normalize(defaults[k])}
+    digest = hashlib.sha1(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:8]
     get = values.get
     patch = f"p{get('model.patch_size')}" if "model.patch_size" in values else None
     if get("model.stem") == "hybrid":

@@ -114,7 +114,12 @@ class FitCLI(LightningCLI):
             world = world_size(config, torch.cuda.device_count())
             # ad hoc: a source by its canonical id, so every spelling of its path names one run
             own = {**config, "model.init_from": self.source.id} if self.source else config
-            config[TRIAL_KEY] = trial_name(loggers.sweep_params() or own, world)
+            if params := loggers.sweep_params():
+                config[TRIAL_KEY] = trial_name(params, world)
+            else:  # ad hoc: only values away from the parser's defaults are hashed, so new options rename nothing
+                defaults = flatten({k: v for k, v in self.parser.get_defaults().as_dict().items() if k != "config"})
+                config[TRIAL_KEY] = trial_name(own, world, defaults)
+                self.earlier_name = trial_name(own, world)  # this version's earlier rule: every value hashed
         self.run_dir = directory = run_dir(config)
         self.flat = config
         shots = config["run.fewshot_shots"]
@@ -152,6 +157,10 @@ class FitCLI(LightningCLI):
 
     def fit_run(self) -> int:
         """Train the run dir as its only writer (rank 0 holds its lock for the whole fit); the exit code."""
+        earlier = self.run_dir.parent / getattr(self, "earlier_name", self.run_dir.name)
+        if earlier != self.run_dir and earlier.is_dir() and not self.run_dir.exists():
+            _warn(f"vit-ablate fit: note: an earlier version named this run {earlier.name}; it is now "
+                  f"{self.run_dir.name} (rename {earlier} to that to resume it or keep its record)")
         try:
             run = RunDir.open(self.run_dir, self.config["run.retrain"], owner=rank_zero_only.rank == 0)
         except rundir.Busy as busy:

@@ -116,9 +116,9 @@ def architecture_keys(arch: str) -> tuple[str, ...]:
     return SHARED_ARCHITECTURE + (family.architecture if family else ())
 
 
-def trial_name(params: dict, world: int = 1) -> str:
-    """identity.run_name with every family's name-neutral values and readable parts."""
-    return run_name(params, world, name_neutral(), name_parts())
+def trial_name(params: dict, world: int = 1, defaults: dict | None = None) -> str:
+    """identity.run_name with every family's name-neutral values and readable parts (`defaults`: see there)."""
+    return run_name(params, world, name_neutral(), name_parts(), defaults)
 
 
 def name_neutral() -> dict:
