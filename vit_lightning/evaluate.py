@@ -21,8 +21,9 @@ import yaml
 from vit_lightning import fewshot
 from vit_lightning.bookkeeping import RECORD, now, write_atomic
 from vit_lightning.identity import plain
+from vit_lightning.model.build import build_backbone
 from vit_lightning.trained import TrainedError, build_data
-from vit_lightning.transfer import RESAMPLE, TIMM, SourceError, account, read_source, start_from
+from vit_lightning.transfer import RESAMPLE, SourceError, account, check_data, read_source, source_kind, start_from
 
 
 @torch.no_grad()
@@ -78,11 +79,10 @@ def run(args, changes: dict) -> tuple[dict, Path]:
     if source.data is None and "name" not in changes:
         raise SourceError(f"{args.source} names no data: give --data.name (and --data.img_size)")
     datamodule = build_data(source.data or {}, **changes)
-    from vit_lightning.model import ViT
-
     patch = args.patch_size or source.options.get("patch_size")
-    vit = ViT(**{**source.options, "img_size": datamodule.img_size, "in_chans": datamodule.in_chans,
-                 "num_classes": datamodule.num_classes, "patch_size": patch})
+    vit = build_backbone(**{**source.options, "img_size": datamodule.img_size, "in_chans": datamodule.in_chans,
+                            "num_classes": datamodule.num_classes, "patch_size": patch})
+    check_data(source, vit.config.in_chans)
     start_from(vit, source, args.pos_resample)
     vit.to(args.device)
     metrics = accuracy(vit, datamodule.val_dataloader(), progress=sys.stderr.isatty())
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     m = record["metrics"]
     print(f"top-1 {m['val/acc']:.4f}, top-5 {m['val/acc5']:.4f}, loss {m['val/loss']:.4f}"
           + (f", {fewshot.describe(m, args.shots)}" if args.shots else "") + f"\nwrote {out}")
-    if args.into_record and not args.source.startswith(TIMM):
+    if args.into_record and source_kind(args.source) != "timm":
         path = Path(record["source"]["file"]).parent / RECORD
         run_record = json.loads(path.read_text())
         resized = record["source"].get("patch_resize")

@@ -23,9 +23,6 @@ from vit_lightning.bookkeeping import RUN_DEFAULTS, SEED_KEY
 # Keys that do not change what is trained: bookkeeping (already in the path), display switches, and
 # compilation (the same model, computed faster: a run may resume with it toggled).
 NOT_IDENTITY = ("run.", "trainer.enable_progress_bar", "trainer.enable_model_summary", "model.compile")
-# Options added after runs were recorded, at the value that trains what those runs trained: left out of the
-# hash, so a ViT run keeps the name (and the resume point) it had before Swin's options existed.
-LATER_DEFAULTS = {"model.arch": "vit", "model.drop_path": 0, "model.window_size": 7, "model.shift": True}
 TRIAL_KEY = "run.trial"  # fit's option for the id the sweep runner hands each trial
 WORLD_KEY = "world_size"  # hashed with a run's values when it trains on more than one process
 TRIAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one path component, never "..", never hidden, never absolute
@@ -116,24 +113,32 @@ def world_size(config: dict[str, Any], gpus: int) -> int:
     return max(1, count) * int(normalize(config.get("trainer.num_nodes")) or 1)
 
 
-def run_name(params: dict[str, Any], world: int = 1) -> str:
+def run_name(params: dict[str, Any], world: int = 1, neutral: dict | None = None, parts: dict | None = None,
+             defaults: dict | None = None) -> str:
     """Readable summary of the ablation axes present, plus a hash of every normalised value that changes training.
 
     `world` is the run's world_size; beyond one process it is part of the name and the hash (the global batch).
+    `neutral`: options left out at these values (added after runs were named: the names stay); `parts`: option
+    -> {value: readable part} for values the usual parts do not show (model.family.trial_name passes both).
+    `defaults` (an ad-hoc fit's parser defaults): values equal to them are left out of the hash, so an option
+    added later with a default leaves every name as it was; a sweep trial hashes every parameter it was given.
     """
+    neutral, parts = neutral or {}, parts or {}
     values = {k: normalize(v) for k, v in params.items() if not k.startswith(NOT_IDENTITY)}
-    values = {k: v for k, v in values.items() if k not in LATER_DEFAULTS or v != LATER_DEFAULTS[k]}
+    values = {k: v for k, v in values.items() if k not in neutral or v != neutral[k]}
     if world != 1:
         values[WORLD_KEY] = world
-    digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
+    hashed = values if defaults is None else {
+        k: v for k, v in values.items() if k not in defaults or v != normalize(defaults[k])}
+    digest = hashlib.sha1(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:8]
     get = values.get
     patch = f"p{get('model.patch_size')}" if "model.patch_size" in values else None
     if get("model.stem") == "hybrid":
         patch = "hybrid" + "-".join(map(str, get("model.hybrid_layers") or []))
     lr = get("model.lr")
-    shift = "noshift" if get("model.shift") is False else None  # Swin's "w/o shifting"
+    flags = [part.get(values[k]) for k, part in sorted(parts.items()) if k in values and not isinstance(values[k], list)]
     parts = ["ft" if get("model.init_from") else None, get("data.name"), get("model.arch"), get("model.variant"), patch,
-             shift, get("model.pos_encoding"), get("model.pos_injection"),
+             *flags, get("model.pos_encoding"), get("model.pos_injection"),
              get("model.pooling"), f"lr{lr:g}" if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
              f"s{get(SEED_KEY)}" if SEED_KEY in values else None,
              f"w{world}" if world != 1 else None, digest]

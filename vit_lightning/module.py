@@ -19,7 +19,7 @@ SCHEDULES = ("cosine", "linear", "constant")
 
 
 class ViTClassifier(pl.LightningModule):
-    """Image classification with a ViT (or Swin) built from plain options (all saved in the checkpoint)."""
+    """Image classification with a backbone of any family built from plain options (all saved in the checkpoint)."""
 
     def __init__(
         self,
@@ -64,7 +64,7 @@ class ViTClassifier(pl.LightningModule):
                 "need model.lr > 0, model.weight_decay >= 0, model.warmup_epochs >= 0, 0 <= model.label_smoothing < 1;"
                 f" got {lr}, {weight_decay}, {warmup_epochs}, {label_smoothing}"
             )
-        self.model = build_backbone(**backbone)  # ViT or Swin, by model.arch
+        self.model = build_backbone(**backbone)  # the family chosen by model.arch
         # Plain lists, not tuples, so the checkpoint stays plain (weights_only loading).
         backbone = {k: list(v) if isinstance(v, tuple) else v for k, v in backbone.items()}
         self.save_hyperparameters()

@@ -26,10 +26,10 @@ from vit_lightning.bookkeeping import LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY,
 from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
 from vit_lightning.compat.lightning import set_collective_timeout
 from vit_lightning.data import ViTDataModule
-from vit_lightning.defaults import DEMO, demo_patch
+from vit_lightning.defaults import DEMO
 from vit_lightning.hyperband import HyperbandStop
-from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, run_name, world_size
-from vit_lightning.model.config import ARCH_DEFAULTS
+from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, trial_name
 from vit_lightning.module import ViTClassifier
 from vit_lightning.record import RunRecord, model_facts
 from vit_lightning.rundir import RunDir, resume_point, use_atomic_checkpoints
@@ -91,7 +91,7 @@ class FitCLI(LightningCLI):
         self.source = transfer.adopt(self.config, parser.get_defaults(), list(args))
         model = self.config.model
         if model.get("patch_size") is None:  # the demo's patch for this architecture (checked when the model is built)
-            model.patch_size = demo_patch(model.get("arch"))
+            model.patch_size = FAMILIES[model.get("arch") or DEFAULT_ARCH].demo_patch
 
     @override
     def instantiate_classes(self) -> None:
@@ -106,14 +106,21 @@ class FitCLI(LightningCLI):
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
         # options whose default depends on model.arch (None on the command line): the record and name hold the value built
         built = self.model.model.config
-        config.update({f"model.{key}": getattr(built, key) for key in ARCH_DEFAULTS[built.arch]})
+        config.update({f"model.{key}": getattr(built, key) for key in FAMILIES[built.arch].defaults})
         if error := settings_error(config) or task_error(config):
             raise ValueError(error)
         if self.source:
             transfer.check_data(self.source, config["model.in_chans"])
         if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
             world = world_size(config, torch.cuda.device_count())
-            config[TRIAL_KEY] = run_name(loggers.sweep_params() or config, world)
+            # ad hoc: a source by its canonical id, so every spelling of its path names one run
+            own = {**config, "model.init_from": self.source.id} if self.source else config
+            if params := loggers.sweep_params():
+                config[TRIAL_KEY] = trial_name(params, world)
+            else:  # ad hoc: only values away from the parser's defaults are hashed, so new options rename nothing
+                defaults = flatten({k: v for k, v in self.parser.get_defaults().as_dict().items() if k != "config"})
+                config[TRIAL_KEY] = trial_name(own, world, defaults)
+                self.earlier_name = trial_name(own, world)  # this version's earlier rule: every value hashed
         self.run_dir = directory = run_dir(config)
         self.flat = config
         shots = config["run.fewshot_shots"]
@@ -154,6 +161,10 @@ class FitCLI(LightningCLI):
 
     def fit_run(self) -> int:
         """Train the run dir as its only writer (rank 0 holds its lock for the whole fit); the exit code."""
+        earlier = self.run_dir.parent / getattr(self, "earlier_name", self.run_dir.name)
+        if earlier != self.run_dir and earlier.is_dir() and not self.run_dir.exists():
+            _warn(f"vit-ablate fit: note: an earlier version named this run {earlier.name}; it is now "
+                  f"{self.run_dir.name} (rename {earlier} to that to resume it or keep its record)")
         try:
             run = RunDir.open(self.run_dir, self.config["run.retrain"], owner=rank_zero_only.rank == 0)
         except rundir.Busy as busy:
@@ -169,6 +180,8 @@ class FitCLI(LightningCLI):
         """Skip a finished run, resume an unfinished one from its newest checkpoint, or start it."""
         if run.finished and not self.config["run.retrain"]:
             _say(f"vit-ablate fit: skipped, run already {run.previous['status']}; record: {run.path / RECORD}")
+            if changed := transfer.changed_since(self.source, run.previous):
+                _warn(f"vit-ablate fit: {changed}; --run.retrain=true trains it again from the source as it is now")
             if rank_zero_only.rank == 0:  # under a W&B agent its run gets the finished record
                 loggers.report_finished(run.path, self.flat, run.previous)
             return 0

@@ -9,7 +9,6 @@ the paper's zero-initialised head when the classes change (or when asked).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 from dataclasses import dataclass, fields
@@ -19,15 +18,13 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import BEST_METRIC, one_line
-from vit_lightning.model.config import VARIANTS, ViTConfig
+from vit_lightning.bookkeeping import BEST_METRIC, LAST_CKPT, RECORD, one_line
+from vit_lightning.model.build import build_backbone, timm_twin
+from vit_lightning.model.config import ViTConfig
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, architecture_keys
 from vit_lightning.record import RunRecord
-from vit_lightning.trained import TrainedError, checkpoint_path, data_options, read_checkpoint, read_run_record
+from vit_lightning.trained import TrainedError, data_options, read_checkpoint, read_run_record
 
-# ViTConfig fields that fix the architecture: taken from the source, a different one given is an error
-ARCH_KEYS = ("arch", "variant", "patch_size", "width", "depth", "heads", "mlp_dim", "pos_encoding", "pos_injection",
-             "pooling", "stem", "hybrid_layers", "hybrid_width", "head", "layer_scale", "reg_tokens", "qk_norm",
-             "pos_embed_class")
 RESIZED = ("patch_size",)  # architecture options a patch-stem source may change: its kernel is PI-resized (FlexiViT)
 DATA_KEYS = ("img_size", "in_chans", "num_classes")  # from the new data; img_size and num_classes may change
 RESAMPLE = ("bicubic", "bilinear", "nearest")  # model.pos_resample: how learned tables are interpolated
@@ -40,12 +37,13 @@ class SourceError(ValueError):
 
 @dataclass
 class Source:
-    """A trained backbone: its ViTConfig options, its ViT state dict and the record's account of where it came from."""
+    """A trained backbone: its ViTConfig options, its state dict and the record's account of where it came from."""
 
     options: dict  # ViTConfig fields of the source (architecture and the data it saw)
-    state: dict[str, torch.Tensor]  # ViT parameter names -> tensors
+    state: dict[str, torch.Tensor]  # backbone parameter names -> tensors
     account: dict  # {"source", "trial" | "file", "sha256", "config"} for the run record
     data: dict | None = None  # the data module options the source trained with (None: not known)
+    id: str = ""  # canonical: "trial:ID" of a run, "sha256:HEX" of a lone checkpoint, "timm:NAME[@sha256:HEX]"
 
 
 def sha256(path: Path) -> str:
@@ -56,29 +54,109 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-@functools.lru_cache(maxsize=2)  # fit reads it to build the options, then again to load the weights
-def read_source(text: str) -> Source:
-    """The source named by `text`; SourceError (one line) when it is missing, unfinished or foreign."""
-    if text.startswith(TIMM):
-        return _timm_source(text[len(TIMM):])
-    ckpt = checkpoint_path(Path(text))
+def source_kind(text: str) -> str:
+    """timm (`timm:...`), checkpoint (a file, or a path ending in .ckpt) or run (a run directory)."""
+    path = Path(text)
+    return "timm" if text.startswith(TIMM) else "checkpoint" if path.is_file() or path.suffix == ".ckpt" else "run"
+
+
+def source_checkpoint(text: str) -> Path:
+    """The checkpoint a run or checkpoint source names (a run directory's last.ckpt)."""
+    return Path(text) / LAST_CKPT if source_kind(text) == "run" else Path(text)
+
+
+def source_problem(text: str) -> str | None:
+    """Why a run or checkpoint source cannot be read yet (no checkpoint, its run unfinished), in one line; or None.
+
+    The rule "the source finished", for fit and the sweep alike: a checkpoint exists and the record beside it,
+    if any, says completed.
+    """
+    ckpt = source_checkpoint(text)
+    if not ckpt.is_file():
+        return f"no checkpoint at {ckpt}"
     try:
-        record = read_run_record(ckpt) if ckpt.is_file() else None
+        record = read_run_record(ckpt)
+    except TrainedError as error:
+        return str(error)
+    if record is not None and record.get("status") != "completed":
+        return (f"the run did not finish (status {record.get('status')!r}); "
+                "finish it first (the same fit command resumes it)")
+    return None
+
+
+_CACHE: dict[tuple, Source] = {}  # by the files' identity, never by the path's text: a retrained source is new
+
+
+def _stamp(path: Path) -> tuple | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def read_source(text: str) -> Source:
+    """The source named by `text`; SourceError (one line) when it is missing, unfinished, foreign or inconsistent."""
+    if source_kind(text) == "timm":
+        spec = text[len(TIMM):]
+        file = spec.partition("@")[2]
+        key = ("timm", spec, _stamp(Path(file)) if file else None)
+    else:
+        ckpt = source_checkpoint(text)
+        key = (_stamp(ckpt), _stamp(ckpt.parent / RECORD))
+    if key not in _CACHE:
+        source = _timm_source(spec) if source_kind(text) == "timm" else _run_source(text)
+        if len(_CACHE) >= 4:  # fit reads one source twice (its options, then its weights); a sweep checks a few
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = source
+    return _CACHE[key]
+
+
+def _run_source(text: str) -> Source:
+    """A run directory's or a checkpoint's source (see read_source)."""
+    if problem := source_problem(text):
+        raise SourceError(f"model.init_from={text}: {problem}")
+    ckpt = source_checkpoint(text)
+    try:
+        record = read_run_record(ckpt)
         state = read_checkpoint(ckpt)
     except TrainedError as error:
         raise SourceError(f"model.init_from={text}: {error}") from None
-    if record is not None and record.get("status") != "completed":
-        raise SourceError(f"model.init_from={text}: the run did not finish (status {record.get('status')!r}); "
-                          "finish it first (the same fit command resumes it)")
     names = {f.name for f in fields(ViTConfig)}
     options = {k: v for k, v in state["hyper_parameters"].items() if k in names}
-    if options.get("arch", "vit") != "vit":  # Swin's windows and merged stages do not follow a new grid here
-        raise SourceError(f"model.init_from={text}: a {options['arch']} source cannot start a run; "
-                          "only ViT sources (runs, checkpoints, timm ViTs) can")
+    arch = options.get("arch", DEFAULT_ARCH)
+    if arch not in FAMILIES or not FAMILIES[arch].transfers:  # e.g. windows and merged stages fixed to one grid
+        able = ", ".join(name for name, family in FAMILIES.items() if family.transfers)
+        raise SourceError(f"model.init_from={text}: a {arch} source cannot start a run; "
+                          f"only {able} sources (runs, checkpoints, timm models) can")
     weights = {k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")}
-    account = {"source": text, "file": str(ckpt), "sha256": sha256(ckpt), "trial": (record or {}).get("trial"),
+    check_weights(text, options, weights)
+    digest, trial = sha256(ckpt), (record or {}).get("trial")
+    account = {"source": text, "file": str(ckpt), "sha256": digest, "trial": trial,
                "config": (record or {}).get("config") or options, "metrics": (record or {}).get("metrics") or {}}
-    return Source(options, weights, account, data_options(state, record))
+    return Source(options, weights, account, data_options(state, record), f"trial:{trial}" if trial else f"sha256:{digest}")
+
+
+def check_weights(text: str, options: dict, weights: dict[str, torch.Tensor]) -> None:
+    """The weights load into a model of the source's own config (built on the meta device: no memory used)."""
+    try:
+        with torch.device("meta"):
+            expected = build_backbone(**options).state_dict()
+    except (TypeError, ValueError) as error:
+        raise SourceError(f"model.init_from={text}: its config does not build a model: {one_line(error)}") from None
+    if problem := first_mismatch(expected, weights):
+        raise SourceError(f"model.init_from={text}: its weights do not fit its config ({problem})")
+
+
+def first_mismatch(expected: dict[str, torch.Tensor], given: dict[str, torch.Tensor]) -> str | None:
+    """The first key missing from `given`, of another shape there, or there in excess; None when they fit."""
+    for key, tensor in expected.items():
+        if key not in given:
+            return f"{key} is missing from the weights"
+        if tuple(given[key].shape) != tuple(tensor.shape):
+            return f"{key} is {tuple(given[key].shape)} in the weights, {tuple(tensor.shape)} in the config"
+    extra = [key for key in given if key not in expected]
+    return f"{extra[0]} in the weights has no place in the config" if extra else None
 
 
 def _timm_source(spec: str) -> Source:
@@ -98,32 +176,13 @@ def _timm_source(spec: str) -> Source:
     except Exception as error:  # unknown name, no network, weights of another model
         raise SourceError(f"{where}: {one_line(error)}") from None
     try:
-        options = timm_options(reference)
-        from vit_lightning.model import ViT, load_timm_weights
-
-        ours = ViT(**options)
-        load_timm_weights(ours, reference)
+        options, ours = timm_twin(reference)
     except (TypeError, ValueError) as error:
         raise SourceError(f"{where}: {one_line(error)}") from None
-    account = {"source": f"timm:{spec}", "file": file or None, "sha256": sha256(Path(file)) if file else None,
+    digest = sha256(Path(file)) if file else None
+    account = {"source": f"timm:{spec}", "file": file or None, "sha256": digest,
                "trial": None, "config": {"timm": name, **options}}
-    return Source(options, ours.state_dict(), account)
-
-
-def timm_options(vit) -> dict:
-    """The ViTConfig options that build our twin of a timm VisionTransformer (patch stem only)."""
-    from vit_lightning.model.timm_weights import _head, timm_parts, timm_pooling
-
-    embed, block = vit.patch_embed, vit.blocks[0]
-    if type(embed).__name__ != "PatchEmbed":
-        raise ValueError(f"only patch-stem timm ViTs start a run here, not {type(embed).__name__}")
-    sizes = (len(vit.blocks), vit.embed_dim, block.mlp.fc1.out_features, block.attn.num_heads)
-    variant = next((name for name, size in VARIANTS.items() if size == sizes), "micro")
-    depth, width, mlp_dim, heads = sizes
-    return {"arch": "vit", "variant": variant, "depth": depth, "width": width, "mlp_dim": mlp_dim, "heads": heads,
-            "patch_size": embed.patch_size[0], "img_size": list(embed.img_size), "in_chans": embed.proj.in_channels,
-            "num_classes": vit.num_classes, "pooling": timm_pooling(vit)[0], "head": _head(vit), "pos_injection": "stem",
-            **timm_parts(vit)}
+    return Source(options, ours.state_dict(), account, id=f"{TIMM}{name}" + (f"@sha256:{digest}" if file else ""))
 
 
 def adopt(config, defaults, argv: list[str]) -> Source | None:
@@ -131,15 +190,22 @@ def adopt(config, defaults, argv: list[str]) -> Source | None:
     text = config["model.init_from"]
     if not text:
         return None
-    if config["model.pos_resample"] not in RESAMPLE:
-        raise SourceError(f"unknown model.pos_resample={config['model.pos_resample']!r}; choose from: "
-                          f"{', '.join(RESAMPLE)}")
     source = read_source(text)
-    given = {k: config[f"model.{k}"] for k in ARCH_KEYS
+    keys = architecture_keys(source.options.get("arch", DEFAULT_ARCH))
+    given = {k: config[f"model.{k}"] for k in keys
              if any(a.split("=", 1)[0] == f"--model.{k}" for a in argv) or config[f"model.{k}"] != defaults[f"model.{k}"]}
     for key, value in architecture(source, given).items():
         config[f"model.{key}"] = value
     return source
+
+
+def changed_since(source: Source | None, record: dict) -> str | None:
+    """One line when a finished run's recorded source (its sha256) is not the source as it is now; else None."""
+    then = (record.get("init_from") or {}).get("sha256")
+    if source is None or then is None or then == source.account.get("sha256"):
+        return None
+    return (f"model.init_from={source.account['source']} changed since this run finished "
+            f"(sha256 {then[:12]}... recorded, {str(source.account.get('sha256'))[:12]}... now)")
 
 
 def check_data(source: Source, in_chans: int) -> None:
@@ -152,9 +218,10 @@ def check_data(source: Source, in_chans: int) -> None:
 
 def conflicts(source: dict, given: dict) -> list[str]:
     """'key=given (source: value)' for each architecture option given that differs from the source's."""
-    default = ViTConfig(**{k: v for k, v in source.items() if k in ARCH_KEYS or k in DATA_KEYS})
+    keys = architecture_keys(source.get("arch", DEFAULT_ARCH))
+    default = ViTConfig(**{k: v for k, v in source.items() if k in keys or k in DATA_KEYS})
     out = []
-    for key in ARCH_KEYS:
+    for key in keys:
         if key in RESIZED and default.stem == "patch":
             continue
         if key in given and key in source and _norm(given[key]) != _norm(getattr(default, key)):
@@ -171,7 +238,8 @@ def architecture(source: Source, given: dict) -> dict:
     if found := conflicts(source.options, given):
         raise SourceError(f"model.init_from={source.account['source']}: {'; '.join(found)}: "
                           "the architecture comes from the source (leave these options out)")
-    options = {k: source.options[k] for k in ARCH_KEYS if k in source.options}
+    keys = architecture_keys(source.options.get("arch", DEFAULT_ARCH))
+    options = {k: source.options[k] for k in keys if k in source.options}
     return {**options, **{k: given[k] for k in RESIZED if given.get(k) is not None}}
 
 
@@ -186,13 +254,10 @@ def account(source: Source, patch_size: int | None) -> dict:
 @torch.no_grad()
 def start_from(vit, source: Source, mode: str = "bicubic", new_head: bool = False) -> None:
     """Load the source's weights into `vit` (built for the new data): encodings resampled, a zero head if needed."""
-    from vit_lightning.model import ViT
-
-    old = ViT(**source.options)
+    old = build_backbone(**source.options)
     old.load_state_dict(source.state)
-    old.resize(vit.config.img_size, mode, vit.config.patch_size)  # a new patch size: the kernel PI-resized
+    old.resize(vit.config.img_size, mode=mode, patch_size=vit.config.patch_size)  # a new patch size: PI-resized kernel
     state = old.state_dict()
-    check_data(source, vit.config.in_chans)
     head = {k for k in state if k.startswith("head.")}
     fresh_head = new_head or old.config.num_classes != vit.config.num_classes
     keep = {k: v for k, v in state.items() if not (fresh_head and k in head)}

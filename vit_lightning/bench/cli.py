@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from vit_lightning.bench import loader, machine
-from vit_lightning.bench.models import candidates, ours, subjects, train_flops_per_image
+from vit_lightning.bench.models import PAIRED, candidates, ours, paired_family, subjects, train_flops_per_image
 from vit_lightning.bench.report import render_text, targets
 from vit_lightning.bench.timing import (
     PRECISIONS,
@@ -27,7 +27,7 @@ from vit_lightning.bench.timing import (
     train_step,
 )
 from vit_lightning.compat.torch import allow_recompiles
-from vit_lightning.model import SWIN_VARIANTS, VARIANTS, ViT
+from vit_lightning.model import VARIANTS, ViT
 
 SCHEMA = 1
 
@@ -46,8 +46,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true", help="also time every model under torch.compile")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: no code generation)")
     p.add_argument("--encodings", action="store_true", help="also every position encoding and pooling")
-    p.add_argument("--swin", default=None, choices=list(SWIN_VARIANTS),
-                   help="also our Swin of this size against timm's SwinTransformer (patch 4, window 7, --img-size)")
+    for arch, family in PAIRED.items():
+        p.add_argument(f"--{arch}", default=None, choices=list(family.variants),
+                       help=f"also our {family.cls.__name__} of this size against timm's at the same sizes (--img-size)")
     p.add_argument("--no-timm", action="store_true", help="skip the timm comparison")
     p.add_argument("--profiles", nargs="*", default=list(loader.PROFILES), choices=loader.PROFILES,
                    help="profiles whose data path is measured (none: skip the data path)")
@@ -66,7 +67,8 @@ def resolve_device(name: str) -> torch.device:
 def measure_models(args, device: torch.device, modes: list[tuple[str, bool]], after_round) -> list[dict]:
     """Every subject in every mode, timed in alternating rounds (`after_round()` after each); one row per candidate."""
     torch.manual_seed(0)
-    subs = subjects(args.variant, args.img_size, args.patch_size, args.encodings, not args.no_timm, args.swin)
+    subs = subjects(args.variant, args.img_size, args.patch_size, args.encodings, not args.no_timm,
+                    {arch: getattr(args, arch) for arch in PAIRED if getattr(args, arch)})
     x = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
     y = torch.randint(0, 1000, (args.batch_size,), device=device)
     if any(compiled for _, compiled in modes):
@@ -122,8 +124,9 @@ def add_ratios(rows: list[dict]) -> None:
 
     for r in rows:
         eager_mode = "fp32" if r["precision"] == "32" else "bf16"
-        reference = r["name"].replace("ours ", "timm ") if "swin" in r["name"] else "timm"  # Swin against timm's Swin
-        pairs = {"vs_timm": find(reference, r["mode"]), "vs_none": None if "swin" in r["name"] else find("ours none/cls", r["mode"]),
+        family = paired_family(r["name"])  # another family: against timm's model of that family
+        reference = r["name"].replace("ours ", "timm ") if family else "timm"
+        pairs = {"vs_timm": find(reference, r["mode"]), "vs_none": None if family else find("ours none/cls", r["mode"]),
                  "vs_fp32": find(r["name"], "fp32"), "vs_eager": find(r["name"], eager_mode)}
         for key, base in pairs.items():
             same = base is r or (key == "vs_timm" and r["kind"] == "timm")

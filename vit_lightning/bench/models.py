@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from vit_lightning.bench.timing import Candidate
-from vit_lightning.model import ENCODINGS, POOLINGS, SWIN_VARIANTS, VARIANTS, Swin, ViT
+from vit_lightning.model import DEFAULT_ARCH, ENCODINGS, FAMILIES, POOLINGS, VARIANTS, ViT
 
 NUM_CLASSES = 1000
 ABSOLUTE = ("none", "learned_1d", "learned_2d", "sincos_2d")  # added to the tokens; the rest bias attention
@@ -45,27 +45,38 @@ def timm_vit(variant: str, img_size: int, patch_size: int) -> Subject | None:
     return Subject("timm", "timm", "learned_1d", "cls", _visible_head(model))
 
 
-def swin_pair(variant: str, img_size: int, with_timm: bool) -> list[Subject]:
-    """Our Swin and (with timm) timm's SwinTransformer at the same sizes: patch 4, window 7, relative bias."""
-    out = [Subject(f"ours swin-{variant}", "ours", "relative_bias_2d", "gap",
-                   _visible_head(Swin(variant, img_size=img_size, num_classes=NUM_CLASSES)))]
+# the other families the bench can pair with timm's model of the same size (a `--ARCH VARIANT` option each)
+PAIRED = {name: family for name, family in FAMILIES.items() if name != DEFAULT_ARCH and family.timm_reference}
+
+
+def family_pair(arch: str, variant: str, img_size: int, with_timm: bool) -> list[Subject]:
+    """Our backbone of another family and (with timm) timm's model of the same sizes, at its default options."""
+    family = FAMILIES[arch]
+    model = family.cls(variant, img_size=img_size, num_classes=NUM_CLASSES)
+    cfg = model.config
+    out = [Subject(f"ours {arch}-{variant}", "ours", cfg.pos_encoding, cfg.pooling, _visible_head(model))]
     try:
-        from timm.models.swin_transformer import SwinTransformer
+        reference = family.timm_reference(variant, img_size, NUM_CLASSES) if with_timm else None
     except ImportError:
         return out
-    if with_timm:
-        width, depths, heads = SWIN_VARIANTS[variant]
-        model = SwinTransformer(img_size=img_size, patch_size=4, num_classes=NUM_CLASSES, embed_dim=width,
-                                depths=depths, num_heads=heads, window_size=7, drop_path_rate=0.0)
-        out.append(Subject(f"timm swin-{variant}", "timm", "relative_bias_2d", "gap", _visible_head(model)))
+    if reference is not None:
+        out.append(Subject(f"timm {arch}-{variant}", "timm", cfg.pos_encoding, cfg.pooling, _visible_head(reference)))
     return out
 
 
+def paired_family(name: str) -> str | None:
+    """The family of a subject named `ours ARCH-VARIANT` / `timm ARCH-VARIANT` (paired with timm's), else None."""
+    arch = name.split(" ", 1)[-1].split("-", 1)[0]
+    return arch if arch in PAIRED else None
+
+
 def subjects(variant: str, img_size: int, patch_size: int, encodings: bool, with_timm: bool,
-             swin: str | None = None) -> list[Subject]:
+             families: dict[str, str] | None = None) -> list[Subject]:
     """ours learned_1d/cls, timm, then (with `encodings`) every other encoding with cls and every other pooling;
-    with `swin`, our Swin of that size and timm's."""
-    out = [ours(variant, img_size, patch_size)] + (swin_pair(swin, img_size, with_timm) if swin else [])
+    for each `families` arch -> variant, our model of that family and size and timm's."""
+    out = [ours(variant, img_size, patch_size)]
+    for arch, size in (families or {}).items():
+        out += family_pair(arch, size, img_size, with_timm)
     if with_timm:
         reference = timm_vit(variant, img_size, patch_size)
         if reference is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vit_lightning.bench.models import ABSOLUTE
+from vit_lightning.bench.models import ABSOLUTE, paired_family
 
 RATIOS = ("vs_timm", "vs_none", "vs_fp32", "vs_eager")
 
@@ -113,7 +113,7 @@ def targets(report: dict) -> list[dict]:
     for r in report["models"]:
         if r["kind"] != "ours":
             continue
-        if r["mode"] == "fp32" and (r["pooling"] == "cls" and r["pos_encoding"] in ABSOLUTE or "swin" in r["name"]):
+        if r["mode"] == "fp32" and (r["pooling"] == "cls" and r["pos_encoding"] in ABSOLUTE or paired_family(r["name"])):
             add(f"fp32 throughput {r['name']} / timm", r["vs_timm"], ">=", 1.0)
         if r["mode"] == "fp32" and r["pos_encoding"] not in ABSOLUTE and r["vs_none"]:
             add(f"fp32 step time {r['name']} / none", 1 / r["vs_none"], "<=", 1.3)

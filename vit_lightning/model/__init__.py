@@ -1,15 +1,16 @@
-"""The shared ViT backbone and its parts."""
+"""The backbone families (ViT, Swin) and their parts; family.FAMILIES is the registry."""
 
-from vit_lightning.model.build import BACKBONES, build_backbone
-from vit_lightning.model.config import ARCHS, SWIN_ENCODINGS, SWIN_VARIANTS, VARIANTS, ViTConfig
+from vit_lightning.model.vit import VARIANTS, ViT  # noqa: I001  (the first family registers first)
+from vit_lightning.model.swin import Swin
+from vit_lightning.model.build import build_backbone, timm_twin
+from vit_lightning.model.config import ViTConfig
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, Backbone, Family, family_of
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import ENCODINGS, INJECTIONS
 from vit_lightning.model.stems import STEMS
-from vit_lightning.model.swin import Swin
 from vit_lightning.model.timm_weights import load_timm_weights
-from vit_lightning.model.vit import ViT
 
 __all__ = [
-    "ARCHS", "BACKBONES", "ENCODINGS", "HEADS", "INJECTIONS", "POOLINGS", "STEMS", "SWIN_ENCODINGS", "SWIN_VARIANTS",
-    "VARIANTS", "Swin", "ViT", "ViTConfig", "build_backbone", "load_timm_weights",
+    "DEFAULT_ARCH", "ENCODINGS", "FAMILIES", "HEADS", "INJECTIONS", "POOLINGS", "STEMS", "VARIANTS", "Backbone",
+    "Family", "Swin", "ViT", "ViTConfig", "build_backbone", "family_of", "load_timm_weights", "timm_twin",
 ]

@@ -8,29 +8,53 @@ Attention, MLP, the relative-bias table, the absolute table, pooling and heads a
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vit_lightning.model.config import SWIN_ENCODINGS, SWIN_VARIANTS, ViTConfig
-from vit_lightning.model.layers import Attention, DropPath, Mlp, drop_path_rates, keeping_attention, layer_scale
+from vit_lightning.model.config import ViTConfig, check_choice
+from vit_lightning.model.family import BackboneParts, Family, register
+from vit_lightning.model.layers import Attention, DropPath, Mlp, drop_path_rates, init_dense, layer_scale
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import Learned1d, RelativeBias2d
 from vit_lightning.model.stems import PatchStem
+from vit_lightning.model.timm_swin import load_timm_swin, timm_swin_reference
+
+# Swin name: (width C of stage 1, blocks per stage, heads per stage); the Swin paper's section 3.3 plus a CPU
+# demo size (two stages: 14x14 then 7x7 tokens for 28x28 digits in patches of 2)
+SWIN_VARIANTS: dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]] = {
+    "micro": (32, (2, 2), (2, 4)),
+    "T": (96, (2, 2, 6, 2), (3, 6, 12, 24)),
+    "S": (96, (2, 2, 18, 2), (3, 6, 12, 24)),
+    "B": (128, (2, 2, 18, 2), (4, 8, 16, 32)),
+    "L": (192, (2, 2, 18, 2), (6, 12, 24, 48)),
+}
+
+# Swin's position choices (its Table 4): name -> (absolute table after the patch embedding, relative bias)
+SWIN_ENCODINGS: dict[str, tuple[bool, bool]] = {
+    "none": (False, False),
+    "learned_1d": (True, False),
+    "relative_bias_2d": (False, True),
+    "learned_1d+relative_bias_2d": (True, True),
+}
+
+# The Swin paper's init (and its reference code's), not the ViT's `model.init`: trunc_normal(0.02) dense
+# kernels and zero biases (layers.init_dense), so the Swin paper's runs and ours start alike whatever the
+# ViT's default is. Convs (the patch embedding) keep PyTorch's fan-in init and LayerNorms ones and zeros, as
+# there; the position tables initialise themselves with normal(0.02), as there.
+init_swin = init_dense
 
 
-def init_swin(module: nn.Module) -> None:
-    """The Swin paper's init (and its reference code's): trunc_normal(0.02) dense kernels, zero biases.
-
-    Swin's own, not the ViT's `model.init`: the ViT follows vit_jax (xavier kernels, lecun_normal stem), a
-    choice of the ViT paper that Swin does not make, so the Swin paper's runs and ours start alike whatever the
-    ViT's default is. Convs (the patch embedding) keep PyTorch's fan-in init and LayerNorms ones and zeros, as
-    there; the position tables initialise themselves with normal(0.02), as there.
-    """
-    if isinstance(module, nn.Linear):
-        nn.init.trunc_normal_(module.weight, std=0.02)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
+def check_swin(cfg: ViTConfig) -> None:
+    """Swin's own checks: final LayerNorm + average pooling only, the stage-1 width against its heads."""
+    check_choice("pooling (arch=swin)", cfg.pooling, ("gap",))
+    width, _, heads = SWIN_VARIANTS[cfg.variant]
+    cfg.width = cfg.width or width
+    cfg.check_positive("img_size", "in_chans", "num_classes", "patch_size", "width", "window_size")
+    if cfg.width % heads[0]:
+        raise ValueError(f"width={cfg.width} must be a multiple of {heads[0]} (stage 1 heads of Swin-{cfg.variant})")
 
 
 def window_partition(x: torch.Tensor, m: int) -> torch.Tensor:
@@ -171,7 +195,7 @@ def stage_grids(grid: tuple[int, int], stages: int) -> list[tuple[int, int]]:
     return grids
 
 
-class Swin(nn.Module):
+class Swin(BackboneParts, nn.Module):
     """A Swin Transformer assembled from named parts; options as ViTConfig with arch='swin'.
 
     Args:
@@ -232,8 +256,13 @@ class Swin(nn.Module):
         return self.config.img_hw
 
     @torch.no_grad()
-    def resize(self, img_size: int | tuple[int, int], window_size: int | None = None) -> None:
-        """Adapt to a new input resolution (and window size): absolute table and bias tables resampled bicubically."""
+    def resize(self, img_size: int | tuple[int, int], *, mode: str = "bicubic", window_size: int | None = None) -> None:
+        """Adapt to a new input resolution (and window size): absolute table and bias tables resampled bicubically.
+
+        `mode` is the ViT's choice for learned tables; Swin's tables follow its paper's bicubic only.
+        """
+        if mode != "bicubic":
+            raise ValueError(f"a Swin resamples its tables bicubically, not with mode={mode!r}")
         hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         grid = self.stem.grid_for(hw)
         if self.pos is not None:
@@ -244,16 +273,20 @@ class Swin(nn.Module):
                 block.set_grid(stage_grid, window)
         self.config.img_size, self.config.window_size = img_size, window
 
-    @torch.no_grad()
-    def attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Attention probabilities of every block, each (B * windows, heads, m*m, m*m) within its windows."""
-        with keeping_attention(self.blocks):
-            self(x)
-            return [block.attn.probs for block in self.blocks]
-
     def no_weight_decay(self) -> set[str]:
         """Position tables (absolute and relative) are not decayed."""
         return {n for n, _ in self.named_parameters() if n.startswith("pos.") or ".bias.relative." in n}
 
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+
+SWIN = register(Family(
+    name="swin", cls=Swin, variants=SWIN_VARIANTS, encodings=tuple(SWIN_ENCODINGS),
+    defaults={"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 4},
+    reads={"window_size": 7, "shift": True},  # options only Swin reads, at the value that means "not used"
+    # a 14x14 map of 28x28 demo digits, two windows of 7 a side, then 7x7 after its one patch merging
+    architecture=("window_size", "shift"),
+    demo_patch=2,
+    check=check_swin, viz="vit_lightning.viz.swin", timm_loader=load_timm_swin,
+    timm_reference=partial(timm_swin_reference, variants=SWIN_VARIANTS),
+    name_neutral={"window_size": 7, "shift": True},  # left out of trial names: ViT runs were named before them
+    name_parts={"shift": {False: "noshift"}},  # the Swin paper's "w/o shifting"
+))

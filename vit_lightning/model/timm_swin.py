@@ -43,11 +43,22 @@ def _unsupported(swin, model) -> str | None:
     return None
 
 
+def timm_swin_reference(variant: str, img_size: int, num_classes: int, variants: dict) -> nn.Module:
+    """timm's SwinTransformer at our Swin's sizes for `variant`: patch 4, window 7, relative bias, no drop path."""
+    from timm.models.swin_transformer import SwinTransformer
+
+    width, depths, heads = variants[variant]
+    return SwinTransformer(img_size=img_size, patch_size=4, num_classes=num_classes, embed_dim=width,
+                           depths=depths, num_heads=heads, window_size=7, drop_path_rate=0.0)
+
+
 def load_timm_swin(model, swin: nn.Module) -> None:
     """Copy a timm SwinTransformer's weights into our Swin in place; afterwards both give the same logits."""
+    from timm.models.swin_transformer import SwinTransformer
+
+    if not isinstance(swin, SwinTransformer):
+        raise TypeError(f"expected a timm SwinTransformer for a Swin, got {type(swin).__name__}")
     cfg = model.config
-    if cfg.arch != "swin":
-        raise ValueError(f"a timm SwinTransformer loads into Swin (arch='swin'), not arch={cfg.arch!r}")
     if cfg.pos_encoding != "relative_bias_2d" or cfg.head != "linear":
         raise ValueError(f"build the model to match the timm one: pos_encoding='relative_bias_2d', head='linear' "
                          f"(model has {cfg.pos_encoding!r}, {cfg.head!r})")

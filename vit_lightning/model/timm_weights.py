@@ -17,6 +17,8 @@ import re
 import torch
 from torch import nn
 
+from vit_lightning.model.family import family_of
+
 # timm name pattern -> our name; the first matching rule wins, a name matching none is unexpected
 _RULES = [
     (r"^cls_token$", "pool.token"),
@@ -164,26 +166,27 @@ def _head(vit) -> str:
 
 
 def load_timm_weights(model, timm_model: nn.Module) -> None:
-    """Copy a timm VisionTransformer's (or SwinTransformer's, into a Swin) weights into `model` in place;
-    afterwards both give the same logits.
+    """Copy a timm model's weights into `model` (a ViT, or a Swin from a timm SwinTransformer) in place, by
+    the importer of the model's family; afterwards both give the same logits.
 
-    `model` must be built with the same sizes, stem, pooling (see `timm_pooling`) and head,
+    The ViT must be built with the same sizes, stem, pooling (see `timm_pooling`) and head,
     `pos_injection='stem'` and `pos_encoding='learned_1d'` (or `none` for a timm model without a
     position table). A ValueError says why a timm model cannot be loaded, before anything is copied.
     """
-    from timm.models.swin_transformer import SwinTransformer
-    from timm.models.vision_transformer import VisionTransformer
-
     if isinstance(timm_model, dict):
         raise TypeError("pass the timm model itself, not its state_dict: its pooling and layers decide whether the logits can match")
-    if isinstance(timm_model, SwinTransformer):
-        from vit_lightning.model.timm_swin import load_timm_swin
+    family = family_of(model)
+    if family.timm_loader is None:
+        raise ValueError(f"arch={family.name} has no timm importer")
+    family.timm_loader(model, timm_model)
 
-        return load_timm_swin(model, timm_model)
-    if getattr(model.config, "arch", "vit") != "vit":
-        raise ValueError(f"a timm VisionTransformer loads into ViT (arch='vit'), not arch={model.config.arch!r}")
+
+def load_timm_vit(model, timm_model: nn.Module) -> None:
+    """The ViT family's importer: a timm VisionTransformer into our ViT (see load_timm_weights)."""
+    from timm.models.vision_transformer import VisionTransformer
+
     if not isinstance(timm_model, VisionTransformer):
-        raise TypeError(f"expected a timm VisionTransformer or SwinTransformer, got {type(timm_model).__name__}")
+        raise TypeError(f"expected a timm VisionTransformer for a ViT, got {type(timm_model).__name__}")
     reason = _unsupported(timm_model)
     if reason:
         raise ValueError(f"cannot load this timm model: {reason}")
@@ -240,3 +243,21 @@ def _translate(model, timm_model: nn.Module, norm: str) -> dict[str, torch.Tenso
     if missing or wrong:
         raise ValueError(f"timm weights do not fit this ViT: missing {missing[:5]}, shape mismatch {wrong[:3]}")
     return ours
+
+
+def timm_vit_options(vit, variants: dict) -> dict | None:
+    """The ViTConfig options that build our twin of a timm VisionTransformer (patch stem only); None: not a ViT."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    if not isinstance(vit, VisionTransformer):
+        return None
+    embed, block = vit.patch_embed, vit.blocks[0]
+    if type(embed).__name__ != "PatchEmbed":
+        raise ValueError(f"only patch-stem timm ViTs start a run here, not {type(embed).__name__}")
+    sizes = (len(vit.blocks), vit.embed_dim, block.mlp.fc1.out_features, block.attn.num_heads)
+    variant = next((name for name, size in variants.items() if size == sizes), "micro")
+    depth, width, mlp_dim, heads = sizes
+    return {"arch": "vit", "variant": variant, "depth": depth, "width": width, "mlp_dim": mlp_dim, "heads": heads,
+            "patch_size": embed.patch_size[0], "img_size": list(embed.img_size), "in_chans": embed.proj.in_channels,
+            "num_classes": vit.num_classes, "pooling": timm_pooling(vit)[0], "head": _head(vit), "pos_injection": "stem",
+            **timm_parts(vit)}

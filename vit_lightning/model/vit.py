@@ -2,17 +2,64 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
-from vit_lightning.model.config import ViTConfig
-from vit_lightning.model.layers import Block, drop_path_rates, keeping_attention
+from vit_lightning.model.config import ViTConfig, check_choice
+from vit_lightning.model.family import BackboneParts, Family, register
+from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
-from vit_lightning.model.position import PositionEncoding
+from vit_lightning.model.position import ENCODINGS, INJECTIONS, PositionEncoding
 from vit_lightning.model.stems import STEMS
+from vit_lightning.model.timm_weights import load_timm_vit, timm_vit_options
+
+# name: (layers, width, MLP size, heads), the paper's Table 1 plus Ti/S (DeiT) and a CPU demo size
+VARIANTS: dict[str, tuple[int, int, int, int]] = {
+    "micro": (4, 64, 256, 4),
+    "Ti": (12, 192, 768, 3),
+    "S": (12, 384, 1536, 6),
+    "B": (12, 768, 3072, 12),
+    "L": (24, 1024, 4096, 16),
+    "H": (32, 1280, 5120, 16),
+}
 
 
-class ViT(nn.Module):
+def check_vit(cfg: ViTConfig) -> None:
+    """The ViT's own checks: its parts by name, the encoding's injections, the variant's sizes, the hybrid stem."""
+    check_choice("pos_injection", cfg.pos_injection, INJECTIONS)
+    check_choice("pooling", cfg.pooling, POOLINGS)
+    check_choice("stem", cfg.stem, STEMS)
+    check_choice("init", cfg.init, INITS)
+    allowed = ENCODINGS[cfg.pos_encoding].injections
+    if cfg.pos_injection not in allowed:
+        raise ValueError(
+            f"pos_injection={cfg.pos_injection!r} is not allowed with pos_encoding={cfg.pos_encoding!r}; "
+            f"allowed: {', '.join(allowed)}"
+        )
+    depth, width, mlp_dim, heads = VARIANTS[cfg.variant]
+    cfg.depth, cfg.width = cfg.depth or depth, cfg.width or width
+    cfg.mlp_dim, cfg.heads = cfg.mlp_dim or mlp_dim, cfg.heads or heads
+    cfg.check_positive("img_size", "in_chans", "num_classes", "patch_size", "width", "depth", "heads", "mlp_dim")
+    if cfg.width % cfg.heads:
+        divisors = [h for h in range(1, cfg.width + 1) if cfg.width % h == 0]
+        raise ValueError(f"heads={cfg.heads} does not divide width={cfg.width}; valid heads: {divisors}")
+    if not cfg.pos_embed_class:
+        if not POOLINGS[cfg.pooling].num_prefix:
+            raise ValueError(f"pos_embed_class=false leaves the [class] token out of the position table, but "
+                             f"pooling={cfg.pooling!r} has no [class] token")
+        if not ENCODINGS[cfg.pos_encoding].prefix_rows:
+            raise ValueError(f"pos_embed_class=false: pos_encoding={cfg.pos_encoding!r} gives the [class] token "
+                             "no position anyway; only learned_1d has a [class] row to leave out")
+    if cfg.stem == "hybrid" and (not cfg.hybrid_layers or min(cfg.hybrid_layers) < 1 or cfg.hybrid_width % 32):
+        raise ValueError(
+            f"hybrid stem needs hybrid_layers of positive block counts and hybrid_width a multiple of 32, "
+            f"got hybrid_layers={list(cfg.hybrid_layers)}, hybrid_width={cfg.hybrid_width}"
+        )
+
+
+class ViT(BackboneParts, nn.Module):
     """A ViT assembled from named parts; see ViTConfig for the options.
 
     Args:
@@ -23,7 +70,7 @@ class ViT(nn.Module):
         super().__init__()
         self.config = cfg = ViTConfig(variant=variant, **options)
         if cfg.arch != "vit":
-            raise ValueError(f"ViT builds arch='vit', got arch={cfg.arch!r}; use Swin (or build_backbone)")
+            raise ValueError(f"ViT builds arch='vit', got arch={cfg.arch!r}; use build_backbone")
         self.stem = STEMS[cfg.stem](cfg)
         self.pool = POOLINGS[cfg.pooling](cfg.width, cfg.heads)
         self.registers = Registers(cfg.width, cfg.reg_tokens)
@@ -54,11 +101,6 @@ class ViT(nn.Module):
         """Tokens before the patches: the pooling's [class] token (if any), then the registers."""
         return self.pool.num_prefix + self.registers.count
 
-    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) -> (B, D) the representation a linear probe reads: the head's hidden layer if it has one."""
-        feats = self.forward_features(x)
-        return self.head[:-1](feats) if isinstance(self.head, nn.Sequential) else feats  # big_vision's pre_logits
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
         return self.head(self.forward_features(x))  # (B, num_classes)
@@ -74,8 +116,14 @@ class ViT(nn.Module):
             )
 
     @torch.no_grad()
-    def resize(self, img_size: int | tuple[int, int], mode: str = "bicubic", patch_size: int | None = None) -> None:
-        """Adapt to a new input resolution (and patch size: the kernel PI-resized) by resampling position encodings."""
+    def resize(self, img_size: int | tuple[int, int], *, mode: str = "bicubic", window_size: int | None = None,
+               patch_size: int | None = None) -> None:
+        """Adapt to a new input resolution (and patch size: the kernel PI-resized) by resampling position encodings.
+
+        `window_size` is for windowed families; a ViT attends globally and takes None only.
+        """
+        if window_size is not None:
+            raise ValueError("a ViT has no attention windows: resize it without window_size")
         hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         if patch_size is not None and patch_size != self.config.patch_size:
             if not hasattr(self.stem, "resize_patch"):
@@ -85,18 +133,20 @@ class ViT(nn.Module):
         self.pos.resample(self.stem.grid_for(hw), mode)
         self.config.img_size = img_size
 
-    @torch.no_grad()
-    def attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Attention probabilities of every block, each (B, heads, T, T)."""
-        with keeping_attention(self.blocks):
-            self(x)
-            return [block.attn.probs for block in self.blocks]
-
     def no_weight_decay(self) -> set[str]:
         """Names of parameters that should not be decayed: position tables, the [class] token, registers, the probe."""
         return {n for n, _ in self.named_parameters()
                 if n.startswith("pos.") or n in ("pool.token", "pool.probe", "registers.tokens")}
 
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
+VIT = register(Family(
+    name="vit", cls=ViT, variants=VARIANTS, encodings=tuple(ENCODINGS),
+    defaults={"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 16},
+    # options only the ViT reads, at the value that means "not used"
+    reads={"depth": None, "heads": None, "mlp_dim": None, "stem": "patch", "pos_injection": "stem",
+           "hybrid_layers": (3, 4, 9), "hybrid_width": 64, "init": "paper", "reg_tokens": 0, "pos_embed_class": True},
+    architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
+                  "pos_embed_class"),
+    demo_patch=7,  # 4x4 tokens of the 28x28 demo digits
+    check=check_vit, viz=None, timm_loader=load_timm_vit, timm_options=partial(timm_vit_options, variants=VARIANTS), transfers=True,
+))

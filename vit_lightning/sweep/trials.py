@@ -13,7 +13,8 @@ from typing import Any
 
 from vit_lightning import hyperband
 from vit_lightning.bookkeeping import RECORD
-from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, run_name, world_size
+from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, world_size
+from vit_lightning.model.family import trial_name
 from vit_lightning.sweep.expand import expand, render_args
 
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]  # W&B's default
@@ -24,7 +25,7 @@ class Trial:
     """One run of a sweep: its parameters, its id, `${args}` and full command line (both carrying the id)."""
 
     params: dict[str, Any]
-    id: str  # identity.run_name(params, world size): fit names the run dir with it and writes it into results.json
+    id: str  # family.trial_name(params, world size): fit names the run dir with it and writes it into results.json
     args: tuple[str, ...]
     command: tuple[str, ...]  # as the agent would run it (without the `/usr/bin/env` prefix)
     env: tuple[tuple[str, str], ...] = ()  # what the local backend adds to its environment (hyperband's rule)
@@ -97,7 +98,7 @@ def early_env(config: dict) -> tuple[tuple[str, str], ...]:
 
 def make(config: dict, params: dict[str, Any], gpus: int = 0) -> Trial:
     """One trial of a sweep config, handed its id as `--run.trial`."""
-    given = {**params, TRIAL_KEY: run_name(params, world_size(params, gpus))}
+    given = {**params, TRIAL_KEY: trial_name(params, world_size(params, gpus))}
     return Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)),
                  early_env(config))
 
@@ -139,17 +140,15 @@ SOURCE_KEY = "model.init_from"  # a trial started from another run names that ru
 def missing_sources(all_trials: list[Trial], options: str = "") -> str | None:
     """One line naming the source runs (model.init_from run directories) without a finished record and the
     sweeps that make them; None when every source has finished. `options`: added to each command."""
+    from vit_lightning.transfer import source_kind, source_problem  # torch and Lightning: only for a transfer sweep
+
     missing: dict[tuple[str, str], list[str]] = {}
     for trial in all_trials:
         source = trial.params.get(SOURCE_KEY)
-        if not source or str(source).startswith("timm:") or str(source).endswith(".ckpt"):
+        if not source or source_kind(str(source)) != "run":
             continue
-        path = Path(str(source))
-        try:
-            record = json.loads((path / RECORD).read_text())
-        except (OSError, ValueError):
-            record = {}
-        if not isinstance(record, dict) or record.get("status") != "completed":
+        if source_problem(str(source)):  # fit's own rule: a checkpoint, and a record that says completed
+            path = Path(str(source))
             missing.setdefault((path.parent.parent.name, path.parent.name), []).append(path.name)
     if not missing:
         return None

@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from vit_lightning import hyperband
-from vit_lightning.defaults import demo_patch
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
 from vit_lightning.sweep.expand import METHODS, SWEEP_KEYS, distribution, render_args
 
 
@@ -160,6 +160,7 @@ def check_trial(args: list[str]) -> None:
     from vit_lightning.train import settings_error
 
     namespace = parse_trial(args)
+    adopt_source(namespace, args)
     flat = {key: normalize(value) for key, value in flatten(namespace.as_dict()).items()}
     if error := settings_error(flat):
         raise SweepError(error)
@@ -168,6 +169,22 @@ def check_trial(args: list[str]) -> None:
     except ValueError as err:
         raise SweepError(" ".join(str(err).split())) from None
     check_model(namespace)
+
+
+def adopt_source(namespace, args: list[str]) -> None:
+    """A trial started from a finished run or checkpoint gets that source's architecture, as fit gives it.
+
+    A source still to be trained is left to `trials.missing_sources`; a timm source is not downloaded here.
+    """
+    from vit_lightning import transfer
+
+    text = namespace.get("model.init_from")
+    if not text or transfer.source_kind(text) == "timm" or transfer.source_problem(text):
+        return
+    try:
+        transfer.adopt(namespace, fit_parser().get_defaults(), list(args))
+    except transfer.SourceError as err:
+        raise SweepError(str(err)) from None
 
 
 def parse_trial(args: list[str]):
@@ -204,7 +221,7 @@ def check_model(namespace) -> None:
     """The trial's LightningModule builds with the data's shape (a patch size that divides the image, ...)."""
     options = {**namespace.model.as_dict(), **data_shape(namespace.data.as_dict())}
     if options.get("patch_size") is None:  # as fit fills it in
-        options["patch_size"] = demo_patch(options.get("arch"))
+        options["patch_size"] = FAMILIES[options.get("arch") or DEFAULT_ARCH].demo_patch
     if error := _model_error(json.dumps(options, sort_keys=True)):
         raise SweepError(error)
 

@@ -58,7 +58,7 @@ def write_ablation_figures(ablation, profile: str, runs_root: Path, out: Path, c
     if any(ENCODING in cell for cell, _ in drawn):
         if all(isinstance(numbers, Numbers) for _, numbers in drawn):
             paths += encoding_comparison(drawn, Path(out))
-        else:  # Swin runs: their figures are per run (figures/<cell>/), by stage and window
+        else:  # another family: its figures are per run (figures/<cell>/), by stage and window
             notes.append("figures: the side-by-side encoding comparison is drawn for ViT runs only")
     return paths, notes
 

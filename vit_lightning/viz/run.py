@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,10 +13,10 @@ from torch.utils.data import DataLoader, Subset
 
 from vit_lightning.bookkeeping import one_line
 from vit_lightning.compat.wandb import env_mode
+from vit_lightning.model.family import family_of
 from vit_lightning.model.stems import PatchStem
-from vit_lightning.model.swin import Swin
 from vit_lightning.trained import Trained, TrainedError, build_data, load_trained
-from vit_lightning.viz import analysis, swin
+from vit_lightning.viz import analysis
 from vit_lightning.viz.figures import (
     Panel,
     components_figure,
@@ -101,9 +102,9 @@ def _one_thread():
 def compute(run: Run, chunk: int = 8) -> Numbers:
     """The numbers behind every figure of a run."""
     vit = run.vit
-    if isinstance(vit, Swin):
+    if figures := family_of(vit).viz:  # another family's figures (their own numbers), from its viz module
         with _one_thread():
-            return swin.compute(run, chunk)
+            return importlib.import_module(figures).compute(run, chunk)
     grid, stride = tuple(vit.pos.grid), float(vit.stem.patch_size)
     with _one_thread():
         tables = analysis.position_tables(vit)
@@ -180,8 +181,8 @@ def offset_extent(grid: tuple[int, int]) -> tuple[float, float, float, float]:
 
 def draw(numbers: Numbers, out: Path) -> list[Path]:
     """Write every figure with its CSV into out; notes (.txt) where a figure does not apply."""
-    if isinstance(numbers, swin.SwinNumbers):
-        return swin.draw(numbers, out, _draw_components)
+    if not isinstance(numbers, Numbers):  # another family's numbers: drawn by the module that computed them
+        return importlib.import_module(type(numbers).__module__).draw(numbers, out, _draw_components)
     out, paths = Path(out), []
     panels = position_panels(numbers)
     if numbers.similarity is not None:
