@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from vit_lightning import ViT, load_timm_weights
+from vit_lightning.model.build import timm_twin
 
 timm = pytest.importorskip("timm")
 from timm.layers import RmsNorm, SwiGLUPacked  # noqa: E402
@@ -172,11 +173,7 @@ def _named(name: str, **options) -> VisionTransformer:
 
 
 def _ours_for(reference: VisionTransformer) -> ViT:
-    from vit_lightning.transfer import timm_options
-
-    ours = ViT(**timm_options(reference)).eval()
-    load_timm_weights(ours, reference)
-    return ours
+    return timm_twin(reference)[1].eval()
 
 
 @pytest.mark.parametrize("name", NAMED)

@@ -120,7 +120,8 @@ class FitCLI(LightningCLI):
             else:  # ad hoc: only values away from the parser's defaults are hashed, so new options rename nothing
                 defaults = flatten({k: v for k, v in self.parser.get_defaults().as_dict().items() if k != "config"})
                 config[TRIAL_KEY] = trial_name(own, world, defaults)
-                self.earlier_name = trial_name(own, world)  # this version's earlier rule: every value hashed
+                # the earlier rule (every value hashed), over the options that version had
+                self.earlier_name = trial_name({k: v for k, v in own.items() if k not in ADDED_SINCE_EARLIER}, world)
         self.run_dir = directory = run_dir(config)
         self.flat = config
         shots = config["run.fewshot_shots"]
@@ -243,6 +244,10 @@ def settings_error(config: dict) -> str | None:
 def _say(line: str) -> None:
     if rank_zero_only.rank == 0:
         print(line, flush=True)
+
+
+# fit options added after the earlier naming rule: left out of the name that rule would have given
+ADDED_SINCE_EARLIER = ("model.layer_scale", "model.reg_tokens", "model.qk_norm", "model.pos_embed_class")
 
 
 def _warn(line: str) -> None:

@@ -41,7 +41,7 @@ def _count(text: str) -> int:
 def into_record(run, numbers) -> str:
     """Add the artifact numbers to the run's results.json (atomically); a line saying what was done."""
     if getattr(numbers, "high_norm", None) is None:
-        return "--into-record: nothing added (no attention numbers: a Swin run, or --images 0)"
+        return "--into-record: nothing added (no attention numbers: a family without them, or --images 0)"
     path = run.directory / RECORD
     if not path.is_file():
         return f"--into-record: nothing added (no {RECORD} beside the checkpoint)"
