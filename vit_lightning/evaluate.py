@@ -174,8 +174,10 @@ def _as_trained(args, changes: dict):
     if trained.record is not None and trained.record.get("status") != "completed":
         raise SourceError(f"{args.source}: the run did not finish (status {trained.record.get('status')!r}); "
                           "finish it first (the same fit command resumes it)")
+    if trained.data_options is None and "name" not in changes:
+        raise SourceError(f"{args.source} names no data: give --data.name (and --data.img_size)")
     model, config = trained.model.model, trained.model.model.config
-    datamodule = build_data(trained.data_options, **changes)
+    datamodule = build_data(trained.data_options or {}, **changes)
     size = config.img_size
     if (datamodule.img_size, datamodule.in_chans) != (size, config.in_chans):
         raise ValueError(f"{args.source}: a {config.arch} run is evaluated at its own image size and channels "
