@@ -95,6 +95,9 @@ def test_requeue_signal_a_second_apart_checkpoints_requeues_and_resumes_mid_epoc
     os.kill(pids[1], signal.SIGUSR1)  # SLURM does not signal the ranks at one instant
     time.sleep(1.0)
     os.kill(pids[0], signal.SIGUSR1)
+    stopped = wait_for(lambda: (r := json.loads((run_dir / "results.json").read_text() or "{}")).get("status")
+                       == "interrupted" and r, 60, "never recorded interrupted")
+    assert stopped["error"] == "stopped by SIGUSR1"  # the signal that stopped it, not SIGTERM
     final = cluster.wait(job, 200, until=lambda j: j.get("JobState") == "COMPLETED" or
                          (j.get("JobState") in {"FAILED", "TIMEOUT", "CANCELLED"}))
     log = (tmp_path / "job.log").read_text()
@@ -185,3 +188,96 @@ def test_srun_tasks_that_do_not_match_the_devices_are_one_line_before_anything_t
     errors = [line for line in done.stderr.splitlines() if line.startswith("vit-ablate fit: error: SLURM started 2")]
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert not (tmp_path / "runs").exists()  # nothing written, and never two writers of one run dir
+
+
+def printed_script(tmp_path: Path, monkeypatch, capsys, epochs: int, batches: int, lrs: list[float], **more) -> Path:
+    """The job script `vit-ablate sweep FILE --backend local --print-sbatch` prints for a tiny sweep over lrs,
+    every training step in each trial's metrics.csv."""
+    import yaml
+
+    from vit_lightning.sweep import cli
+
+    fixed = {"model.width": 32, "model.depth": 1, "model.heads": 2, "model.mlp_dim": 64, "data.batch_size": 8,
+             "trainer.limit_train_batches": batches, "trainer.limit_val_batches": 1, "trainer.num_sanity_val_steps": 0,
+             "trainer.max_epochs": epochs, "trainer.accelerator": "cpu", "trainer.log_every_n_steps": 1,
+             "run.fewshot_shots": [], "run.root": str(tmp_path / "runs"), "run.ablation": "job", "run.profile": "demo",
+             "seed_everything": 0, **more}
+    sweep = {"program": "vit-ablate", "method": "grid", "metric": {"name": "val/acc_best", "goal": "maximize"},
+             "command": ["${env}", "vit-ablate", "fit", "${args}"],
+             "parameters": {**{k: {"value": v} for k, v in fixed.items()}, "model.lr": {"values": lrs}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(sweep))
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert cli.main([str(tmp_path / "job.yaml"), "--backend", "local", "--print-sbatch"]) == 0
+    (tmp_path / "job.sh").write_text(capsys.readouterr().out)
+    return tmp_path / "job.sh"
+
+
+def every_step_once(root: Path, trials: int, epochs: int, batches: int) -> None:
+    records = sorted(root.glob("job/demo/*/results.json"))
+    assert len(records) == trials
+    for path in records:
+        record = json.loads(path.read_text())
+        assert record["status"] == "completed" and [h["epoch"] for h in record["history"]] == list(range(epochs))
+        steps = steps_logged(path.parent)
+        assert steps == sorted(set(steps)) and len(steps) == epochs * batches, (path.parent.name, steps)
+
+
+def test_scancel_of_a_printed_array_stays_cancelled_and_its_resubmission_trains_every_step_once(
+        cluster, tmp_path, monkeypatch, capsys):
+    """scancel signals every process of each task (the script, the sweep, its worker, the trial): the trials stop
+    with their stop checkpoint, the sweep says interrupted, and the job is not requeued by its script; the same
+    script submitted again finishes every trial without training a step twice."""
+    root, epochs, batches = tmp_path / "runs", 2, 40
+    script = printed_script(tmp_path, monkeypatch, capsys, epochs, batches, [0.001, 0.002])
+    array = cluster.sbatch(script, "--array=1-2", "--time=10", "--mem=500", "--output=array-%a.log")
+    wait_for(lambda: any(len(steps_logged(p.parent)) >= 5 for p in root.glob("job/demo/*/results.json")), 180,
+             "no trial trained")
+    cluster.run("scancel", array)
+    tasks = [f"{array}_1", f"{array}_2"]
+    for task in tasks:
+        assert cluster.wait(task, 120)["JobState"] == "CANCELLED"
+    time.sleep(20)  # a requeue would show by now: the old script's came back PENDING 7 s after the scancel
+    logs = "\n".join(p.read_text() for p in sorted(tmp_path.glob("array-*.log")))
+    for task in tasks:
+        job = cluster.job(task)
+        assert job["JobState"] == "CANCELLED" and int(job["Restarts"]) == 0, (job, logs[-3000:])
+    assert "Traceback" not in logs and "scontrol requeue" not in logs, logs[-3000:]
+    states = json.loads((root / "job" / "demo" / ".sweep-state.json").read_text())["trials"]
+    assert "interrupted" in {s["status"] for s in states.values()} and "running" not in {s["status"] for s in states.values()}
+    again = cluster.sbatch(script, "--array=1-2", "--time=10", "--mem=500", "--output=again-%a.log")
+    for task in (f"{again}_1", f"{again}_2"):
+        assert cluster.wait(task, 400)["JobState"] == "COMPLETED", \
+            "\n".join(p.read_text() for p in sorted(tmp_path.glob("again-*.log")))[-3000:]
+    every_step_once(root, 2, epochs, batches)
+
+
+SLOW_FIRST_ATTEMPT = '''
+import os, time
+from lightning.pytorch import Callback
+
+class SlowFirstAttempt(Callback):
+    """A second per step until SLURM has requeued the job: the time limit always comes mid-training."""
+
+    def on_train_batch_end(self, *args):
+        if not int(os.environ.get("SLURM_RESTART_COUNT") or 0):
+            time.sleep(1.0)
+'''
+
+
+def test_a_printed_script_at_its_time_limit_requeues_itself_and_completes(cluster, tmp_path, monkeypatch, capsys):
+    """The printed script as submitted with a short time limit (the one line a user edits): SIGUSR1 to the script
+    120 s before the limit stops the sweep with a checkpoint, the job requeues itself, and the requeued job
+    completes the sweep; every step trained once."""
+    root, epochs, batches = tmp_path / "runs", 3, 100
+    (tmp_path / "slowfirst.py").write_text(SLOW_FIRST_ATTEMPT)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the sweep checks every trial's options as it prints the script
+    script = printed_script(tmp_path, monkeypatch, capsys, epochs, batches, [0.001],
+                            **{"trainer.callbacks": "slowfirst.SlowFirstAttempt"})
+    env = cluster.env(PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    job = cluster.sbatch(script, "--time=4", "--mem=500", "--output=limit.log", env=env)  # SIGUSR1 after 1-2 min
+    final = cluster.wait(job, 600, until=lambda j: j.get("JobState") in {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"})
+    log = (tmp_path / "limit.log").read_text()
+    assert final["JobState"] == "COMPLETED" and int(final["Restarts"]) == 1, (final, log[-3000:])
+    assert "SIGTERM: stopping 1 process(es)" in log and "Traceback" not in log, log[-3000:]
+    every_step_once(root, 1, epochs, batches)

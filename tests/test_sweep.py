@@ -256,7 +256,7 @@ def test_the_local_job_script_gives_each_slot_a_gpu_and_its_loaders_cpus_and_run
     assert "#SBATCH --gpus-per-node=2" in lines and any(line.startswith("#SBATCH --cpus-per-task=18 ") for line in lines)
     [run] = [line for line in lines if " sweep hybrid " in line]
     assert run.endswith("--backend local --profile cifar10 --parallel 2 --set trainer.max_epochs=3 &"), run
-    assert "scontrol requeue" in out and "--signal=B:TERM@120" in out
+    assert "scontrol requeue" in out and "--signal=B:USR1@120" in out
 
 
 # --- W&B backend -------------------------------------------------------------------------------------

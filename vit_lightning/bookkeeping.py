@@ -15,6 +15,8 @@ SEED_KEY = "seed_everything"  # the seed's option name (a sweep key, a record co
 BEST_METRIC = "val/acc_best"  # the best epoch's validation accuracy: the sweeps' metric and the tables' value
 FINAL = ("completed", "diverged", "stopped_early")  # record statuses that end a run: a re-run skips it unless asked to retrain
 # stopped_early: a sweep's hyperband rule stopped it (hyperband.py); its record says why in `stopped_early`
+SWEEP_PID_ENV = "VIT_ABLATE_SWEEP_PID"  # a sweep's trial stops itself once this process is gone
+GRACE_ENV = "VIT_ABLATE_STOP_GRACE_S"  # seconds a stopped trial gets before SIGKILL (default 60)
 SUMMARY_FIELDS = ("status", "trial", "started_at", "finished_at", "error")  # record fields mirrored into the W&B summary
 
 

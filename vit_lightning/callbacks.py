@@ -62,8 +62,8 @@ class DivergenceStop(pl.Callback):
 
 def stop_signal(exception: BaseException) -> int | None:
     """The signal an exception out of fit stands for: SIGTERM (Lightning's SIGTERMException), SIGINT (Ctrl-C)."""
-    if isinstance(exception, SIGTERMException):
-        return signal.SIGTERM
+    if isinstance(exception, SIGTERMException):  # StopSignal names the signal it stopped on (SLURM's SIGUSR1)
+        return getattr(exception, "signum", signal.SIGTERM)
     if isinstance(exception, KeyboardInterrupt):
         return signal.SIGINT
     return None
@@ -127,6 +127,8 @@ class StopSignal(pl.Callback):
     @override
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.signum = self.signum or stop_signal(exception)
+        if isinstance(exception, SIGTERMException):  # for the record, which reads the signal from the exception
+            exception.signum = self.signum
 
     def requeue(self) -> None:
         """After the requeue signal stopped fit: `scontrol requeue` this job (rank 0), as Lightning would."""

@@ -5,12 +5,19 @@ defaults to the run's own; any `--data.*` option changes it (another dataset, an
 position encoding is resampled as fine-tuning would resample it. `--model.patch_size=N` evaluates at another
 patch size, the patch kernel PI-resized (FlexiViT) and the encodings resampled to the new grid. The numbers go to a JSON record beside
 the checkpoint (or --out), or into the run's results.json with --into-record.
+
+A head is only as good as the classes it was trained on: on data with another number of classes (or with
+--new-head) the head is new and untrained, so only few-shot (which fits its own linear classifier on the frozen
+features) is reported, never top-1, top-5 or loss. A Swin run is evaluated as it was trained, at its own image
+size (its windows are not resampled). Bad options (--shots, --device, --out, --into-record) are one-line
+errors before anything is evaluated or written.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -22,8 +29,18 @@ from vit_lightning import fewshot
 from vit_lightning.bookkeeping import RECORD, now, write_atomic
 from vit_lightning.identity import plain
 from vit_lightning.model.build import build_backbone
-from vit_lightning.trained import TrainedError, build_data
-from vit_lightning.transfer import RESAMPLE, SourceError, account, check_data, read_source, source_kind, start_from
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
+from vit_lightning.trained import TrainedError, build_data, checkpoint_path, load_trained, read_checkpoint
+from vit_lightning.transfer import (
+    RESAMPLE,
+    SourceError,
+    account,
+    check_data,
+    read_source,
+    sha256,
+    source_kind,
+    start_from,
+)
 
 
 @torch.no_grad()
@@ -59,7 +76,56 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="JSON record to write (default: beside the checkpoint)")
     p.add_argument("--into-record", action="store_true", help="also add the numbers to the run's results.json")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1")
+    p.add_argument("--new-head", action="store_true",
+                   help="the data's classes are not the source's: few-shot only (the default when the counts differ)")
     return p
+
+
+def check_args(args) -> None:
+    """--shots, --device, --out and --into-record problems as one-line ValueErrors, before anything runs."""
+    if bad := [k for k in args.shots if k < 1]:
+        raise ValueError(f"--shots {bad[0]}: a few-shot k is a number of images per class, 1 or more")
+    check_device(args.device)
+    if args.out is not None:
+        check_writable(args.out, "--out")
+    if args.into_record:
+        if source_kind(args.source) == "timm":
+            raise ValueError(f"--into-record: {args.source} has no run record; give a run dir or its checkpoint")
+        record = checkpoint_path(Path(args.source)).parent / RECORD
+        try:
+            json.loads(record.read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"--into-record: cannot read the run record {record}: {error.strerror or error}") from None
+        check_writable(record, "--into-record")
+
+
+def check_device(text: str) -> None:
+    """A device torch knows and this machine has."""
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise ValueError(f"--device {text}: not a device; give cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if not count:
+            raise ValueError(f"--device {text}: this machine has no CUDA GPU; give --device cpu")
+        if (device.index or 0) >= count:
+            raise ValueError(f"--device {text}: this machine has {count} GPU(s): cuda:0 to cuda:{count - 1}")
+    elif device.type != "cpu":
+        raise ValueError(f"--device {text}: give cpu, cuda or cuda:N")
+
+
+def check_writable(path: Path, option: str) -> None:
+    """The file can be written there: not a folder, and its nearest existing folder is writable (nothing made)."""
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: is a folder; give a file name")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ValueError(f"{option} {path}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: cannot write in {folder} (no permission)")
 
 
 def data_changes(extra: list[str]) -> dict:
@@ -75,6 +141,43 @@ def data_changes(extra: list[str]) -> dict:
 
 def run(args, changes: dict) -> tuple[dict, Path]:
     """The evaluation record of args.source on its (changed) data, and where it goes."""
+    if source_kind(args.source) == "timm" or _transfers(Path(args.source)):
+        vit, datamodule, about, data = _resampled(args, changes)
+    else:
+        vit, datamodule, about, data = _as_trained(args, changes)
+    trained_classes = about["classes"]
+    new_head = args.new_head or trained_classes != datamodule.num_classes
+    if new_head and not args.shots:
+        raise ValueError("the head is new (untrained) for these classes, so only few-shot is reported: give --shots")
+    if new_head and not args.new_head:
+        print(f"vit-ablate eval: the data has {datamodule.num_classes} classes, the source's head {trained_classes}: "
+              "that head never saw these classes, so top-1, top-5 and loss are not reported (few-shot only; "
+              "--new-head says so)", file=sys.stderr, flush=True)
+    beside = Path(about["file"]).parent if about.get("file") else Path(".")
+    options = {**(data or {}), **changes}
+    resized = f"-p{vit.config.patch_size}" if "patch_resize" in about else ""
+    out = args.out or beside / f"eval-{options.get('name', 'data')}-{datamodule.img_size}px{resized}.json"
+    if args.out is None:
+        check_writable(out, "the eval record")
+    vit.to(args.device)
+    metrics = {} if new_head else accuracy(vit, datamodule.val_dataloader(), progress=sys.stderr.isatty())
+    if args.shots:
+        metrics.update(fewshot.evaluate(vit, datamodule, tuple(args.shots)))
+    record = {"source": {k: v for k, v in about.items() if k != "classes"}, "data": options,
+              "img_size": datamodule.img_size, "patch_size": vit.config.patch_size, "pos_resample": args.pos_resample,
+              "new_head": new_head,
+              "metrics": metrics, "finished_at": now()}
+    return record, out
+
+
+def _transfers(path: Path) -> bool:
+    """Whether the run's family resamples to new data (else it is evaluated as trained)."""
+    arch = read_checkpoint(path)["hyper_parameters"].get("arch", DEFAULT_ARCH)
+    return arch in FAMILIES and FAMILIES[arch].transfers
+
+
+def _resampled(args, changes: dict):
+    """A source built for the new data: encodings resampled (and the patch kernel), the source's head or a new one."""
     source = read_source(args.source)
     if source.data is None and "name" not in changes:
         raise SourceError(f"{args.source} names no data: give --data.name (and --data.img_size)")
@@ -83,23 +186,33 @@ def run(args, changes: dict) -> tuple[dict, Path]:
     vit = build_backbone(**{**source.options, "img_size": datamodule.img_size, "in_chans": datamodule.in_chans,
                             "num_classes": datamodule.num_classes, "patch_size": patch})
     check_data(source, vit.config.in_chans)
-    start_from(vit, source, args.pos_resample)
-    vit.to(args.device)
-    metrics = accuracy(vit, datamodule.val_dataloader(), progress=sys.stderr.isatty())
-    if args.shots:
-        metrics.update(fewshot.evaluate(vit, datamodule, tuple(args.shots)))
-    options = {**(source.data or {}), **changes}
-    record = {"source": account(source, patch), "data": options, "img_size": datamodule.img_size,
-              "patch_size": patch, "pos_resample": args.pos_resample, "metrics": metrics, "finished_at": now()}
-    resized = f"-p{patch}" if "patch_resize" in record["source"] else ""
-    name = f"eval-{options.get('name', 'data')}-{datamodule.img_size}px{resized}.json"
-    beside = Path(source.account["file"]).parent if source.account.get("file") else Path(".")
-    return record, args.out or beside / name
+    start_from(vit, source, args.pos_resample, new_head=args.new_head)
+    return vit, datamodule, {**account(source, patch), "classes": source.options.get("num_classes")}, source.data
+
+
+def _as_trained(args, changes: dict):
+    """A run of a family that does not resample to new data (windows): evaluated as trained, at its own image size."""
+    trained = load_trained(Path(args.source), data=False)
+    if trained.record is not None and trained.record.get("status") != "completed":
+        raise SourceError(f"{args.source}: the run did not finish (status {trained.record.get('status')!r}); "
+                          "finish it first (the same fit command resumes it)")
+    if trained.data_options is None and "name" not in changes:
+        raise SourceError(f"{args.source} names no data: give --data.name (and --data.img_size)")
+    model, config = trained.model.model, trained.model.model.config
+    datamodule = build_data(trained.data_options or {}, **changes)
+    size = config.img_size
+    if (datamodule.img_size, datamodule.in_chans) != (size, config.in_chans):
+        raise ValueError(f"{args.source}: a {config.arch} run is evaluated at its own image size and channels "
+                         f"({size} px, {config.in_chans}), not {datamodule.img_size} px, {datamodule.in_chans}")
+    account = {"source": args.source, "file": str(trained.checkpoint), "sha256": sha256(trained.checkpoint),
+               "trial": (trained.record or {}).get("trial"), "classes": config.num_classes}
+    return model, datamodule, account, trained.data_options
 
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
     try:
+        check_args(args)
         changes = data_changes(extra)
         record, out = run(args, changes)
     except (ValueError, TrainedError, OSError) as error:
@@ -107,9 +220,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     write_atomic(out, (json.dumps(plain(record), indent=2) + "\n").encode())
     m = record["metrics"]
-    print(f"top-1 {m['val/acc']:.4f}, top-5 {m['val/acc5']:.4f}, loss {m['val/loss']:.4f}"
-          + (f", {fewshot.describe(m, args.shots)}" if args.shots else "") + f"\nwrote {out}")
-    if args.into_record and source_kind(args.source) != "timm":
+    shots = fewshot.describe(m, args.shots) if args.shots else ""
+    if record["new_head"]:
+        print(f"few-shot (frozen features; the head is new, so no top-1, top-5 or loss): {shots}\nwrote {out}")
+    else:
+        print(f"top-1 {m['val/acc']:.4f}, top-5 {m['val/acc5']:.4f}, loss {m['val/loss']:.4f}"
+              + (f", {shots}" if shots else "") + f"\nwrote {out}")
+    if args.into_record:
         path = Path(record["source"]["file"]).parent / RECORD
         run_record = json.loads(path.read_text())
         resized = record["source"].get("patch_resize")

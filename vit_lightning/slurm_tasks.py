@@ -27,7 +27,10 @@ def task_error(config: dict, env: Mapping[str, str] = os.environ) -> str | None:
                 f"use --ntasks-per-node={max(1, ntasks // nodes)} with --trainer.devices={max(1, ntasks // nodes)}")
     processes = world_size(config, torch.cuda.device_count())
     if processes != ntasks:
+        # more processes than tasks: fit ran without srun (a job with --ntasks-per-node=1), or srun gave too few
+        fewer = (f", or start fit with srun and --ntasks-per-node={processes // nodes}, or drop --ntasks-per-node "
+                 f"so that Lightning starts the {processes} processes itself") if processes > ntasks else ""
         return (f"SLURM started {ntasks} task(s) but trainer.devices={config.get('trainer.devices')} x "
                 f"trainer.num_nodes={nodes} makes {processes} process(es): give --trainer.devices equal to "
-                f"--ntasks-per-node ({per_node}) and --trainer.num_nodes to --nodes")
+                f"--ntasks-per-node ({per_node}) and --trainer.num_nodes to --nodes{fewer}")
     return None

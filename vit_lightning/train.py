@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import select
 import signal
 import subprocess
 import sys
+import threading
+import time
 import warnings
 from argparse import ArgumentError
 from pathlib import Path
@@ -22,7 +26,7 @@ from lightning.pytorch.cli import LightningCLI
 from typing_extensions import override
 
 from vit_lightning import fewshot, loggers, rundir, transfer
-from vit_lightning.bookkeeping import LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, describe
+from vit_lightning.bookkeeping import GRACE_ENV, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, SWEEP_PID_ENV, describe
 from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
 from vit_lightning.compat.lightning import set_collective_timeout
 from vit_lightning.data import ViTDataModule
@@ -270,9 +274,34 @@ def _quiet() -> None:
     logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
 
 
+def watch_sweep() -> None:
+    """A sweep's trial (the leader of its process group) stops itself, as its sweep would, once the sweep is gone."""
+    try:
+        sweep = int(os.environ[SWEEP_PID_ENV])
+    except (KeyError, ValueError):
+        return
+    if os.getpgrp() != os.getpid():  # a DDP rank Lightning started: the trial (its group's leader) watches
+        return
+    try:
+        pidfd = os.pidfd_open(sweep)
+    except OSError:  # gone already
+        pidfd = None
+    threading.Thread(target=_stop_when_gone, args=(sweep, pidfd), daemon=True).start()
+
+
+def _stop_when_gone(sweep: int, pidfd: int | None) -> None:
+    if pidfd is not None:
+        select.select([pidfd], [], [])  # readable once the sweep's process has exited
+    _warn(f"vit-ablate fit: its sweep (pid {sweep}) is gone; stopping")
+    os.killpg(os.getpgrp(), signal.SIGTERM)  # this trial and its DDP ranks: a stop checkpoint, an interrupted record
+    time.sleep(float(os.environ.get(GRACE_ENV, 60.0)))
+    os.killpg(os.getpgrp(), signal.SIGKILL)  # it ignored SIGTERM: as the sweep would have, after its grace
+
+
 def main(argv: list[str] | None = None) -> int:
     """`vit-ablate fit [--config FILE] [--model.* --data.* --trainer.* --run.* --seed_everything]`."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    watch_sweep()
     _quiet()
     try:
         cli = FitCLI(argv)

@@ -14,6 +14,12 @@ signal), so the supervisor treats both kinds of process alike.
 Nothing runs in the worker but imports, so no thread, CUDA context or OpenMP pool exists to be
 broken by fork. The worker exits when the sweep closes its end of the socket (or dies). A trial
 that returns an exit code leaves with `leave` (no interpreter teardown, which costs seconds).
+
+The worker ignores SIGTERM and SIGINT (its trials get their default handling back): a signal sent
+to every process of a job (`scancel`, pre-emption) stops the trial, which the worker then reports,
+instead of killing the worker first. A worker that dies anyway (SIGKILL, out of memory) leaves its
+trial running without a parent that reports it: `Forked.wait` raises WorkerDied, and the supervisor
+stops that trial itself.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import json
 import logging
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -80,7 +87,14 @@ class Worker:
         reply, _ = _recv(self.sock)
         if not reply or "pid" not in reply:
             raise OSError("the trial worker stopped before it started the trial")
-        return Forked(self.sock, reply["pid"])
+        return Forked(self, reply["pid"])
+
+    def died(self) -> str | None:
+        """How the worker process ended ('signal 9', 'exit code 1'), or None while it lives."""
+        code = self.process.poll()
+        if code is None:
+            return None
+        return f"signal {-code}" if code < 0 else f"exit code {code}"
 
     def close(self) -> None:
         self.sock.close()  # the worker reads end of file and exits
@@ -91,13 +105,26 @@ class Worker:
             self.process.wait()
 
 
-class Forked:
-    """A forked trial as the supervisor sees a subprocess: pid, poll(), wait() -> returncode."""
+class WorkerDied(Exception):
+    """The trial's worker died while the trial ran: the trial lives on without a parent that reports it."""
 
-    def __init__(self, sock: socket.socket, pid: int):
-        self.sock, self.pid, self.returncode = sock, pid, None
+
+class Forked:
+    """A forked trial as the supervisor sees a subprocess: pid, poll(), wait() -> returncode.
+
+    Once its worker died (WorkerDied), the trial is watched through a pidfd: `gone()` says whether it has exited.
+    """
+
+    def __init__(self, worker: Worker, pid: int):
+        self.worker, self.sock, self.pid, self.returncode = worker, worker.sock, pid, None
+        try:
+            self.pidfd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:  # already exited and reaped by the worker
+            self.pidfd = None
 
     def poll(self) -> int | None:
+        if self.returncode is None and self.sock.fileno() < 0:  # the worker is closed: the trial is an orphan
+            return -9 if self.gone() else None
         if self.returncode is None and select.select([self.sock], [], [], 0)[0]:
             self._read()
         return self.returncode
@@ -107,17 +134,36 @@ class Forked:
             self._read()
         return self.returncode
 
+    def gone(self, timeout: float = 0.0) -> bool:
+        """Whether the trial process has exited (waiting up to `timeout` seconds)."""
+        return self.pidfd is None or bool(select.select([self.pidfd], [], [], timeout)[0])
+
     def _read(self) -> None:
-        reply, _ = _recv(self.sock)
+        try:
+            reply, _ = _recv(self.sock)
+        except OSError:
+            reply = None
         if not reply or "returncode" not in reply:
-            raise OSError(f"the trial worker died while trial process {self.pid} ran")
+            try:
+                self.worker.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            raise WorkerDied(f"its worker died ({self.worker.died() or 'hung up'})")
         self.returncode = reply["returncode"]
+        self.close()
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 def _child(sock: socket.socket, request: dict, fds: list[int]) -> int:
     """In the forked process: become `vit-ablate ARGS` and return its exit code (SystemExit and
     KeyboardInterrupt propagate to the interpreter's top level, as in a fresh process)."""
     sock.close()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker ignores them; a trial handles them as fit does
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     for fd, wanted in zip(fds, request["fds"]):  # each descriptor under the number the trial expects
         if fd != wanted:
             os.dup2(fd, wanted)
@@ -141,6 +187,8 @@ def serve(fd: int) -> int | None:
     import importlib
 
     sock = socket.socket(fileno=fd)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # a job-wide signal is the trial's to handle; the sweep reports it
+        signal.signal(sig, signal.SIG_IGN)
     for module in PRELOAD:
         importlib.import_module(module)
 

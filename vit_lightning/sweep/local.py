@@ -176,6 +176,9 @@ class Runner:
                     trial = self.queue.pop(0) if self.queue else None
                 if trial is None and (trial := self._proposed()) is None:
                     return
+                if worker is not None and worker.died():  # it died with its last trial: this slot gets a new one
+                    worker.close()
+                    worker = None
                 if worker is None and self.fork and trial.command[0] == "vit-ablate":
                     worker = forkserver.Worker(env)  # imports the stack once for all of this slot's trials
                 try:
@@ -247,18 +250,24 @@ class Runner:
                               started_at=now(), rc=None)
             where = f" (log: {log_path})" if parallel else ""
             self.log(f"[sweep] trial {k}/{n} started: {self._label(trial)}{where}")
-            rc = self.supervisor.wait(proc)
+            try:
+                rc, died = self.supervisor.wait(proc), None
+            except forkserver.WorkerDied as error:  # the trial was stopped and is gone; its exit code with it
+                rc, died = None, str(error)
+                self.log(f"[sweep] trial {k}/{n}: {died}")
         finally:
             if out:
                 out.close()
-        self._finish(trial, rc, time.monotonic() - t0)
+        self._finish(trial, rc, time.monotonic() - t0, died)
 
-    def _finish(self, trial: Trial, rc: int, seconds: float) -> None:
+    def _finish(self, trial: Trial, rc: int | None, seconds: float, died: str | None = None) -> None:
         record = find_record(trial)
         rstatus = (record or {}).get("status")
         stop = self.supervisor.stop_signal
         if rstatus == "diverged" or (rc == 0 and rstatus in ("completed", "stopped_early")):
             status, error = rstatus, None
+        elif died:  # its worker died: interrupted when the sweep had been stopped, else failed
+            status, error = ("interrupted" if stop is not None else "failed"), died
         elif stop is not None or rc in STOPPED or rstatus == "interrupted":
             signum = stop or (abs(rc) % 128 if rc in STOPPED else signal.SIGTERM)
             status, error = "interrupted", f"stopped by {signal.Signals(signum).name}"

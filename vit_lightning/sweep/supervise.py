@@ -3,9 +3,15 @@
 Every process starts in its own session, so a signal to the sweep reaches it only through the
 supervisor: the first SIGINT/SIGTERM is forwarded to every child's process group (a trial with
 its DDP ranks, or a `wandb agent`, which relays it to its run); a second one, or GRACE_S seconds
-without the children exiting, SIGKILLs the children and everything below them. A stopped
-sweep exits with 128 + the signal number. When the runner itself fails (`fail`: it cannot write
-its state, cannot start a process), the children are stopped the same way and reaped.
+without the children exiting, SIGKILLs the children and everything below them. A SIGTERM that
+repeats within SAME_STOP_S is the same stop, not a second one: `scancel` and pre-emption signal
+every process of a job at once, and the job script forwards that signal to the sweep as well. A
+stopped sweep exits with 128 + the signal number. When the runner itself fails (`fail`: it cannot
+write its state, cannot start a process), the children are stopped the same way and reaped.
+
+Every child learns the sweep's pid (SWEEP_PID_ENV): a trial whose sweep dies (SIGKILL, out of
+memory) stops itself as if the sweep had stopped it (train.py). A trial whose worker died
+(forkserver.WorkerDied) is stopped here: SIGTERM to its group, SIGKILL after GRACE_S.
 """
 
 from __future__ import annotations
@@ -18,7 +24,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-GRACE_S = 60.0  # after forwarding a stop signal, wait this long before killing
+from vit_lightning.bookkeeping import GRACE_ENV, SWEEP_PID_ENV
+from vit_lightning.sweep.forkserver import WorkerDied
+
+GRACE_S = float(os.environ.get(GRACE_ENV, 60.0))  # after forwarding a stop signal, wait this long before killing
+SAME_STOP_S = 5.0  # a SIGTERM this soon after the first is the same job-wide stop
 
 
 def visible_gpus() -> list[str]:
@@ -139,6 +149,7 @@ class Supervisor:
     def start(self, argv: list[str], env: dict[str, str], stdout=None, pass_fds=(), worker=None):
         """Start argv in its own session (inheriting pass_fds), or fork it from a trial worker
         (forkserver.py); the process handle, None once the sweep is stopping."""
+        env = {**env, SWEEP_PID_ENV: str(os.getpid()), GRACE_ENV: str(GRACE_S)}
         with self.lock:
             if self.stopping:
                 return None
@@ -151,11 +162,25 @@ class Supervisor:
         return proc
 
     def wait(self, proc: subprocess.Popen) -> int:
-        """The child's exit code, once it has exited."""
-        rc = proc.wait()
-        with self.lock:
-            self.running.pop(proc.pid, None)
-        return rc
+        """The child's exit code, once it has exited; WorkerDied (the trial stopped, then reaped) if its worker died."""
+        try:
+            return proc.wait()
+        except WorkerDied:
+            self._stop_orphan(proc)
+            raise
+        finally:
+            with self.lock:
+                self.running.pop(proc.pid, None)
+
+    def _stop_orphan(self, proc) -> None:
+        """Stop a trial whose worker died (it is no child of ours): SIGTERM, SIGKILL after GRACE_S; wait until gone."""
+        self._signal([proc], signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_S
+        while not proc.gone(timeout=0.2):
+            if time.monotonic() > deadline:
+                self._kill([proc])
+                deadline = float("inf")
+        proc.close()
 
     def sleep(self, seconds: float) -> bool:
         """Wait, unless the sweep is stopping; True if it is not."""
@@ -167,6 +192,8 @@ class Supervisor:
             if first:
                 self.stop_signal, self._stop_time = signum, time.monotonic()
                 self._stopped.set()
+            elif signum == self.stop_signal == signal.SIGTERM and time.monotonic() - self._stop_time < SAME_STOP_S:
+                return  # the same job-wide stop, reaching the sweep twice
             procs = list(self.running.values())
         if first:
             self.log(f"[sweep] {signal.Signals(signum).name}: stopping {len(procs)} process(es); again to kill")

@@ -1,0 +1,64 @@
+"""What a mid-epoch resume trains: the images of each step of an interrupted-and-resumed run against an unbroken one."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+
+import pytest
+from lightning.pytorch import Callback
+from tiny import TINY_MODEL
+
+from vit_lightning import train
+
+pytestmark = pytest.mark.slow
+
+EPOCHS, BATCHES, STOP_AT = 3, 6, (1, 2)  # stopped in epoch 1 (0-based) after its first 2 steps
+
+
+class RecordSamples(Callback):
+    """Appends each training step's (epoch, batch, image ids) to $RECORD_SAMPLES; SIGTERM itself at $STOP_AT."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        x = batch[0]  # mnist5k without augmentation: an image's pixels name it
+        ids = [hashlib.sha1(image.numpy().tobytes()).hexdigest()[:12] for image in x]
+        with open(os.environ["RECORD_SAMPLES"], "a") as out:
+            out.write(json.dumps([trainer.current_epoch, batch_idx, ids]) + "\n")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if os.environ.get("STOP_AT") == f"{trainer.current_epoch},{batch_idx + 1}":
+            os.environ.pop("STOP_AT")
+            os.kill(os.getpid(), signal.SIGTERM)  # fit's stop signal: a checkpoint at this step
+
+
+def steps(root, *env: tuple[str, str], code: int = 0) -> list:
+    path = root / "samples.jsonl"
+    os.environ.update({"RECORD_SAMPLES": str(path), **dict(env)})
+    argv = [*TINY_MODEL, "--data.batch_size=8", f"--trainer.limit_train_batches={BATCHES}",
+            "--trainer.limit_val_batches=1", f"--trainer.max_epochs={EPOCHS}", "--run.fewshot_shots=[]",
+            "--run.wandb=off", f"--run.root={root}", "--trainer.callbacks=test_resume_order.RecordSamples"]
+    assert train.main(argv) == code
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_mid_epoch_resume_trains_the_rest_of_the_epoch_on_a_new_shuffle_and_later_epochs_unchanged(
+        tmp_path, monkeypatch):
+    """README, "When things go wrong": what a mid-epoch resume repeats or skips, measured image by image."""
+    monkeypatch.setenv("RECORD_SAMPLES", "")
+    unbroken = steps(tmp_path / "a")
+    stopped = steps(tmp_path / "b", ("STOP_AT", ",".join(map(str, STOP_AT))), code=128 + signal.SIGTERM)
+    resumed = steps(tmp_path / "b")[len(stopped):]
+    assert [s[:2] for s in stopped + resumed] == [s[:2] for s in unbroken]  # every step once, in order
+    images = {tuple(s[:2]): s[2] for s in unbroken}
+    epoch, done = STOP_AT
+    assert all(images[tuple(s[:2])] == s[2] for s in stopped)  # up to the stop: the unbroken run's images
+    rest = [s for s in resumed if s[0] == epoch]
+    assert len(rest) == BATCHES - done
+    # the rest of the interrupted epoch: the first batches of a new shuffle, not the batches the epoch had left
+    left = {i for b in range(done, BATCHES) for i in images[(epoch, b)]}
+    assert all(not left >= set(s[2]) for s in rest)
+    # every later epoch: exactly the unbroken run's images, step by step
+    later = [s for s in resumed if s[0] > epoch]
+    assert later and all(images[tuple(s[:2])] == s[2] for s in later)
