@@ -8,7 +8,7 @@ the checkpoint (or --out), or into the run's results.json with --into-record.
 
 A head is only as good as the classes it was trained on: on data with another number of classes (or with
 --new-head) the head is new and untrained, so only few-shot (which fits its own linear classifier on the frozen
-features) is reported, never top-1, top-5 or loss. A Swin run is evaluated as it was trained, at its own image
+features) is reported, never top-1, top-5 or loss. A run of a family with windows is evaluated as it was trained, at its own image
 size (its windows are not resampled). Bad options (--shots, --device, --out, --into-record) are one-line
 errors before anything is evaluated or written.
 """
