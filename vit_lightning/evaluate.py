@@ -4,24 +4,30 @@ SOURCE is what `fit --model.init_from` takes (a run dir, a .ckpt, timm:NAME, tim
 defaults to the run's own; any `--data.*` option changes it (another dataset, another img_size), and the
 position encoding is resampled as fine-tuning would resample it. The numbers go to a JSON record beside
 the checkpoint (or --out), or into the run's results.json with --into-record.
+
+StartAccuracy is fit's callback for a run started from a trained model: the same top-1 before fine-tuning.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
+import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 import yaml
+from typing_extensions import override
 
 from vit_lightning import fewshot
-from vit_lightning.bookkeeping import RECORD, now, write_atomic
+from vit_lightning.bookkeeping import BEST_METRIC, RECORD, now, write_atomic
 from vit_lightning.identity import plain
+from vit_lightning.record import RunRecord
 from vit_lightning.trained import TrainedError, build_data
-from vit_lightning.transfer import RESAMPLE, TIMM, SourceError, read_source, start_from
+from vit_lightning.transfer import RESAMPLE, TIMM, Source, SourceError, read_source, start_from
 
 
 @torch.no_grad()
@@ -45,6 +51,37 @@ def accuracy(vit: torch.nn.Module, loader, progress: bool = False) -> dict[str, 
         n += len(y)
     vit.train(was_training)
     return {"val/acc": hits1 / n, "val/acc5": hits5 / n, "val/loss": loss / n}
+
+
+class StartAccuracy(pl.Callback):
+    """Into the record: the source's own accuracy and, before any fine-tuning, the accuracy on the new data.
+
+    `transfer/source_acc` is the source record's val/acc_best (at its resolution); `transfer/start_acc` the
+    started model's top-1 on the validation batches fit validates on (resampled encodings, no training).
+    """
+
+    def __init__(self, source: Source):
+        self.metrics = {"transfer/source_acc": (source.account.get("metrics") or {}).get(BEST_METRIC)}
+
+    @override
+    def state_dict(self) -> dict:
+        return dict(self.metrics)  # a resumed run keeps the numbers measured before it first trained
+
+    @override
+    def load_state_dict(self, state: dict) -> None:
+        self.metrics = dict(state)
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.global_step == 0 and trainer.is_global_zero:
+            loader = trainer.datamodule.val_dataloader()
+            limit = trainer.limit_val_batches
+            count = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
+            batches = (batch for _, batch in zip(range(count), loader))
+            self.metrics["transfer/start_acc"] = accuracy(pl_module.model, batches)["val/acc"]
+        for callback in trainer.callbacks:
+            if isinstance(callback, RunRecord):
+                callback.add_metrics(self.metrics)
 
 
 def parser() -> argparse.ArgumentParser:

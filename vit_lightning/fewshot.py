@@ -26,7 +26,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 from typing_extensions import override
 
-from vit_lightning.record import RECORD, RunRecord, write_record
+from vit_lightning.bookkeeping import RECORD
+from vit_lightning.record import RunRecord
+from vit_lightning.rundir import write_record
 from vit_lightning.trained import load_trained
 
 SHOTS = (1, 5, 10, 25)

@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-import lightning.pytorch as pl
 import torch
-from typing_extensions import override
 
-from vit_lightning.bookkeeping import BEST_METRIC, one_line
+from vit_lightning.bookkeeping import one_line
 from vit_lightning.model.config import VARIANTS, ViTConfig
-from vit_lightning.record import RunRecord
-from vit_lightning.trained import TrainedError, checkpoint_path, data_options, read_checkpoint, read_run_record
+from vit_lightning.rundir import RunDirError, checkpoint_path, checkpoint_record, data_options, read_checkpoint
 
 # ViTConfig fields that fix the architecture: taken from the source, a different one given is an error
 ARCH_KEYS = ("arch", "variant", "patch_size", "width", "depth", "heads", "mlp_dim", "pos_encoding", "pos_injection",
@@ -60,9 +56,9 @@ def read_source(text: str) -> Source:
         return _timm_source(text[len(TIMM):])
     ckpt = checkpoint_path(Path(text))
     try:
-        record = read_run_record(ckpt) if ckpt.is_file() else None
+        record = checkpoint_record(ckpt)
         state = read_checkpoint(ckpt)
-    except TrainedError as error:
+    except RunDirError as error:
         raise SourceError(f"model.init_from={text}: {error}") from None
     if record is not None and record.get("status") != "completed":
         raise SourceError(f"model.init_from={text}: the run did not finish (status {record.get('status')!r}); "
@@ -194,35 +190,3 @@ def start_from(vit, source: Source, mode: str = "bicubic", new_head: bool = Fals
         last.weight.zero_()
         last.bias.zero_()
 
-
-class StartAccuracy(pl.Callback):
-    """Into the record: the source's own accuracy and, before any fine-tuning, the accuracy on the new data.
-
-    `transfer/source_acc` is the source record's val/acc_best (at its resolution); `transfer/start_acc` the
-    started model's top-1 on the validation batches fit validates on (resampled encodings, no training).
-    """
-
-    def __init__(self, source: Source):
-        self.metrics = {"transfer/source_acc": (source.account.get("metrics") or {}).get(BEST_METRIC)}
-
-    @override
-    def state_dict(self) -> dict:
-        return dict(self.metrics)  # a resumed run keeps the numbers measured before it first trained
-
-    @override
-    def load_state_dict(self, state: dict) -> None:
-        self.metrics = dict(state)
-
-    @override
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.global_step == 0 and trainer.is_global_zero:
-            from vit_lightning.evaluate import accuracy
-
-            loader = trainer.datamodule.val_dataloader()
-            limit = trainer.limit_val_batches
-            count = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
-            batches = (batch for _, batch in zip(range(count), loader))
-            self.metrics["transfer/start_acc"] = accuracy(pl_module.model, batches)["val/acc"]
-        for callback in trainer.callbacks:
-            if isinstance(callback, RunRecord):
-                callback.add_metrics(self.metrics)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vit_lightning.trained import checkpoint_path
+from vit_lightning.rundir import checkpoint_path
 from vit_lightning.viz.run import VizError, compute, draw, load_run, log_to_wandb
 
 
