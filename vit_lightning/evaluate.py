@@ -26,6 +26,7 @@ from vit_lightning import fewshot
 from vit_lightning.bookkeeping import BEST_METRIC, RECORD, now, write_atomic
 from vit_lightning.identity import plain
 from vit_lightning.record import RunRecord
+from vit_lightning.rundir import Busy, check_free, checkpoint_path, update_record
 from vit_lightning.trained import TrainedError, build_data
 from vit_lightning.transfer import RESAMPLE, TIMM, Source, SourceError, read_source, start_from
 
@@ -129,23 +130,31 @@ def run(args, changes: dict) -> tuple[dict, Path]:
     return record, args.out or beside / name
 
 
+def add_eval(record: dict):
+    """The change that files an evaluation record under the run record's `eval`, as `<data>@<size>px`."""
+    def change(run_record: dict) -> None:
+        run_record.setdefault("eval", {})[f"{record['data'].get('name')}@{record['img_size']}px"] = record["metrics"]
+    return change
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
+    into = args.into_record and not args.source.startswith(TIMM)
     try:
         changes = data_changes(extra)
+        if into:  # a fit training the run would overwrite the numbers: say so before the work
+            check_free(checkpoint_path(Path(args.source)).parent)
         record, out = run(args, changes)
-    except (ValueError, TrainedError, OSError) as error:
+        if into:  # first, so a refusal writes nothing
+            directory = Path(record["source"]["file"]).parent
+            update_record(directory, add_eval(record))
+        write_atomic(out, (json.dumps(plain(record), indent=2) + "\n").encode())
+    except (ValueError, TrainedError, OSError, Busy) as error:
         print(f"vit-ablate eval: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    write_atomic(out, (json.dumps(plain(record), indent=2) + "\n").encode())
     m = record["metrics"]
     print(f"top-1 {m['val/acc']:.4f}, top-5 {m['val/acc5']:.4f}, loss {m['val/loss']:.4f}"
           + (f", {fewshot.describe(m, args.shots)}" if args.shots else "") + f"\nwrote {out}")
-    if args.into_record and not args.source.startswith(TIMM):
-        path = Path(record["source"]["file"]).parent / RECORD
-        run_record = json.loads(path.read_text())
-        key = f"{record['data'].get('name')}@{record['img_size']}px"
-        run_record.setdefault("eval", {})[key] = record["metrics"]
-        write_atomic(path, (json.dumps(plain(run_record), indent=2) + "\n").encode())
-        print(f"updated {path}")
+    if into:
+        print(f"updated {directory / RECORD}")
     return 0

@@ -167,11 +167,31 @@ def write_record(directory: Path, record: dict) -> None:
     write_atomic(Path(directory) / RECORD, (json.dumps(plain(record), indent=2, allow_nan=False) + "\n").encode())
 
 
+def record_bytes(directory: Path) -> bytes:
+    """The run's results.json exactly as written (for a byte copy); OSError when it cannot be read."""
+    return (Path(directory) / RECORD).read_bytes()
+
+
+def run_dirs(folder: Path) -> list[Path]:
+    """The run directories right under `folder` that hold a results.json, sorted."""
+    return sorted(path.parent for path in Path(folder).glob(f"*/{RECORD}"))
+
+
+def check_free(directory: Path) -> None:
+    """Busy when a fit (or another writer) holds this run's dir now; a writer outside fit asks before its work.
+
+    A directory without a record is no run (a checkpoint kept elsewhere): nothing to ask, nothing written."""
+    if (Path(directory) / RECORD).is_file():
+        release(acquire(directory))
+
+
 def update_record(directory: Path, change) -> dict:
-    """Apply change(record) to the finished run's record under the run dir's lock (for writers outside fit).
+    """Apply change(record) to the run's record under the run dir's lock (for writers outside fit).
 
     Busy when a fit holds the directory, RunDirError when there is no readable record; nothing written then.
     """
+    if not (Path(directory) / RECORD).is_file():
+        raise RunDirError(f"no {RECORD} in {directory}")
     lock = acquire(directory)
     try:
         record = read_record(directory)
@@ -223,7 +243,7 @@ class RunDir:
 
     previous: the record of an earlier attempt ({} when none); finished: that attempt completed or
     diverged; resume: the checkpoint to resume from (None: train from scratch); recovery: what was
-    set aside, in one line (None when nothing was); wandb_id: the earlier attempt's W&B run.
+    set aside, in one line (None when nothing was).
     """
 
     def __init__(self, path: Path, lock: int | None, previous: dict, resume: Path | None, recovery: str | None):
@@ -232,10 +252,6 @@ class RunDir:
     @property
     def finished(self) -> bool:
         return self.previous.get("status") in FINAL
-
-    @property
-    def wandb_id(self) -> str | None:
-        return (self.previous.get("wandb") or {}).get("id")
 
     @classmethod
     def open(cls, path: Path, retrain: bool, owner: bool = True) -> RunDir:
