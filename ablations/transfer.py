@@ -17,9 +17,7 @@ Run:  vit-ablate sweep pos_encoding && vit-ablate sweep transfer     # demo: mni
       vit-ablate table transfer                                     # the table
 """
 
-from vit_lightning.ablation import METRIC, Ablation, Profile, profile
-from vit_lightning.sweep.trials import build
-from vit_lightning.sweep.yamls import sweep_configs
+from vit_lightning.ablation import METRIC, Ablation, Profile, profile, runs_of
 
 from . import pos_encoding
 
@@ -39,18 +37,9 @@ FINE_TUNE = {
 NO_MIX = {"data.mixup_alpha": 0.0, "data.cutmix_alpha": 0.0, "data.randaugment": False}
 
 
-def from_runs(source: Ablation, name: str) -> tuple[dict, ...]:
-    """One grid block per cell of the source's profile: the cell, and its runs (one per seed) as model.init_from."""
-    axes = source.profile(name).axes
-    runs: dict[tuple, list[str]] = {}
-    for trial in build([config for _, config in sweep_configs(source, name)]):
-        runs.setdefault(tuple(trial.params[k] for k in axes), []).append(str(trial.run_dir))
-    return tuple({**{k: [v] for k, v in zip(axes, cell)}, SOURCE: dirs} for cell, dirs in runs.items())
-
-
 def transfer_profile(source: Ablation, name: str, fixed: dict, description: str) -> Profile:
     """A profile fine-tuning every run of source's profile `name` once (seed 0) with `fixed` settings."""
-    return profile(name, from_runs(source, name), fixed=fixed, seeds=(0,), description=description)
+    return profile(name, runs_of(source, name, SOURCE), fixed=fixed, seeds=(0,), description=description)
 
 
 ABLATION = Ablation(

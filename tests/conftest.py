@@ -24,6 +24,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 import contextlib  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import subprocess  # noqa: E402
 
 import pytest  # noqa: E402
@@ -161,3 +162,86 @@ class StandIn:
 def stand_in(tmp_path):
     """A StandIn under this test's tmp_path."""
     return StandIn(tmp_path)
+
+
+# ---- markers that mean what they say ------------------------------------------------------------------------
+# A test that trains carries `slow`, and one that trains with two DDP processes `ddp` too: `pytest -m "not slow"`
+# is then the quick loop. Training is seen where it starts: Lightning's Trainer.fit in this process, or a process
+# this one starts that runs a training command (vit-ablate fit, sweep, gpu-check, or the sweep's trial worker). A
+# test with the `stand_in` fixture sweeps the stand-in fit, which trains nothing: its sweeps do not count.
+TRAINING_COMMAND = re.compile(r"(?:vit-ablate|vit_lightning\.cli)\s+(fit|sweep|gpu-check)\b|vit_lightning\.sweep\.forkserver\b")
+NOT_TRAINING = ("--help", "-h", "--dry-run", "--print-sbatch")
+TWO_PROCESSES = re.compile(r"--trainer\.devices[= ]2\b")
+
+
+def _command(args) -> str:
+    """A Popen command as one line of text (a shell string as it is)."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        return os.fsdecode(args)
+    return " ".join(os.fsdecode(a) for a in args)
+
+
+def _trains(command: str, sweeps_train: bool = True) -> tuple[bool, bool]:
+    """(trains, with two DDP processes) for a command line."""
+    found = TRAINING_COMMAND.search(command)
+    trains = bool(found) and not set(command.split()) & set(NOT_TRAINING) and (sweeps_train or found[1] != "sweep")
+    return trains, trains and bool(TWO_PROCESSES.search(command))
+
+
+class _Watch:
+    """Notes whether the test trains (in this process or a process it starts) and with how many DDP processes."""
+
+    def __init__(self, sweeps_train: bool):
+        self.trained = self.ddp = False
+        self.sweeps_train = sweeps_train
+
+    @contextlib.contextmanager
+    def __call__(self):
+        import lightning.pytorch as pl
+
+        fit, popen = pl.Trainer.fit, subprocess.Popen.__init__
+        watch = self
+
+        def watched_fit(trainer, *args, **kwargs):
+            watch.trained = True
+            watch.ddp |= trainer.world_size > 1
+            return fit(trainer, *args, **kwargs)
+
+        def watched_popen(proc, args, *more, **kwargs):
+            trains, ddp = _trains(_command(args), watch.sweeps_train)
+            watch.trained |= trains
+            watch.ddp |= ddp
+            return popen(proc, args, *more, **kwargs)
+
+        pl.Trainer.fit, subprocess.Popen.__init__ = watched_fit, watched_popen
+        try:
+            yield self
+        finally:
+            pl.Trainer.fit, subprocess.Popen.__init__ = fit, popen
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    item.watch = _Watch(sweeps_train="stand_in" not in getattr(item, "fixturenames", ()))
+    with item.watch():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with item.watch():
+        result = yield
+    marks = {mark.name for mark in item.iter_markers()}
+    if item.watch.trained and "slow" not in marks:
+        pytest.fail("this test trains (fit, or a training command in a subprocess): mark it @pytest.mark.slow",
+                    pytrace=False)
+    if item.watch.ddp and "ddp" not in marks:
+        pytest.fail("this test trains with two DDP processes: mark it @pytest.mark.ddp", pytrace=False)
+    return result
+
+
+def pytest_collection_modifyitems(items):
+    """A slurm test trains on the cluster it starts: it is slow too, so `-m "not slow"` leaves it out."""
+    for item in items:
+        if item.get_closest_marker("slurm") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)

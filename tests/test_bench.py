@@ -1,9 +1,7 @@
-"""`vit-ablate bench`: the JSON report's numbers follow from its measured times, FLOP counts and formulas."""
+"""`vit-ablate bench`: every model in every mode, FLOPs as counted by hand, outputs matched, and the helpers' formulas."""
 
 import io
 import json
-import math
-import statistics
 from contextlib import redirect_stdout
 
 import pytest
@@ -48,9 +46,6 @@ def test_every_model_in_every_mode_with_its_measurements(report):
     assert len(report["models"]) == 2 * len(names)  # fp32 and bf16, eager
     for r in report["models"]:
         assert len(r["step_s"]) == 3 and all(s > 0 for s in r["step_s"])
-        assert r["images_per_s"] == pytest.approx(2 / statistics.median(r["step_s"]))
-        assert r["flop_per_s"] == pytest.approx(r["images_per_s"] * r["train_flop_per_image"])
-        assert r["peak_fraction"] == pytest.approx(r["flop_per_s"] / report["peak_flop_per_s"][r["precision"]])
         assert r["match_error"] <= r["match_tolerance"]
     for name in ("ours learned_1d/cls", "timm"):
         rows = [r for r in report["models"] if r["name"] == name]
@@ -60,45 +55,14 @@ def test_every_model_in_every_mode_with_its_measurements(report):
     assert report["peak_flop_per_s"]["32"] > 0 and report["peak_flop_per_s"]["bf16"] > 0
 
 
-def test_ratios_are_paired_over_rounds(report):
-    rows = {(r["name"], r["mode"]): r for r in report["models"]}
-
-    def ratio(row, base):
-        return statistics.median(b / s for s, b in zip(row["step_s"], base["step_s"]))
-
-    for (name, mode), r in rows.items():
-        if name != "timm":
-            assert r["vs_timm"] == pytest.approx(ratio(r, rows["timm", mode]))
-        if name not in ("timm", "ours none/cls"):
-            assert r["vs_none"] == pytest.approx(ratio(r, rows["ours none/cls", mode]))
-        if mode == "bf16":
-            assert r["vs_fp32"] == pytest.approx(ratio(r, rows[name, "fp32"]))
-    assert rows["timm", "fp32"]["vs_timm"] is None and rows["ours none/cls", "bf16"]["vs_none"] is None
-
-
 def test_paired_ratio_cancels_drift_that_hits_both():
     load = [1.0, 2.0, 4.0]  # the machine slows down round by round
     assert paired_ratio([0.5 * f for f in load], [0.6 * f for f in load]) == pytest.approx(1.2)
     assert paired_ratio([1.0, 1.0, 1.0], [2.0, 3.0, 9.0]) == 3.0  # the median, not the mean
 
 
-def test_targets_follow_from_rows(report):
-    rows = {(r["name"], r["mode"]): r for r in report["models"]}
-    targets = {t["target"]: t for t in report["targets"]}
-    for enc in ("none", "learned_1d", "learned_2d", "sincos_2d"):
-        t = targets[f"fp32 throughput ours {enc}/cls / timm"]
-        assert t["value"] == rows[f"ours {enc}/cls", "fp32"]["vs_timm"] and t["met"] is (t["value"] >= 1.0)
-    for enc in ("relative_1d", "relative_bias_2d"):
-        t = targets[f"fp32 step time ours {enc}/cls / none"]
-        assert t["value"] == pytest.approx(1 / rows[f"ours {enc}/cls", "fp32"]["vs_none"])
-        assert t["met"] is (t["value"] <= 1.3)
-    t = targets["bf16 / fp32 throughput, ours learned_1d/cls"]
-    assert t["value"] == rows["ours learned_1d/cls", "bf16"]["vs_fp32"] and machine.bf16_matmul(torch.device("cpu")) in t["note"]
-
-
 def test_data_path_workers_from_rates(report):
     demo, cifar = (next(d for d in report["data"] if d["profile"] == p) for p in ("demo", "cifar10"))
-    assert demo["workers_needed"] == math.ceil(demo["step_images_per_s"] / demo["per_worker_images_per_s"])
     assert demo["workers_configured"] == 0 and demo["model"] == "micro/7 28px" and demo["precision"] == "32"
     # A GPU profile's step is not measured on a CPU; its loader is.
     assert cifar["step_images_per_s"] is None and cifar["per_worker_images_per_s"] > 0
@@ -168,6 +132,7 @@ def test_swin_candidate_is_paired_with_timms_swin():
     assert [r["vs_timm"] for r in rows] == [2.0, 2.0, None, None]  # swin over timm's swin, the ViT over timm's ViT
 
 
+@pytest.mark.slow
 def test_init_comparison_trains_every_pairing_and_tells_a_real_deficit_from_noise():
     from vit_lightning.bench import init_vs_timm
 

@@ -208,6 +208,7 @@ def test_mix_gives_soft_targets_summing_to_one(mixup, cutmix):
     assert kinds == {k for k, alpha in (("mixup", mixup), ("cutmix", cutmix)) if alpha > 0}
 
 
+@pytest.mark.slow
 def test_mixing_applies_in_training_only():
     seen = {}
 

@@ -19,8 +19,6 @@ from vit_lightning.data import ViTDataModule
 from vit_lightning.model import ViT
 from vit_lightning.results import cli as table_cli
 
-pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
-
 TINY = [*TINY_MODEL, "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2"]
 NAMES = [name for k in fewshot.SHOTS for name in fewshot.metric_names(k)]
 
@@ -181,6 +179,7 @@ def test_big_vision_estimator_is_standardised_ridge_with_l2_1024():
 
 # ---- during fit and afterwards -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_fit_records_fewshot_and_the_cli_recomputes_it(tmp_path, monkeypatch, capsys, only_record):
     monkeypatch.chdir(tmp_path)
     assert train.main(TINY) == 0
@@ -206,6 +205,7 @@ def test_fit_records_fewshot_and_the_cli_recomputes_it(tmp_path, monkeypatch, ca
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_fewshot_every_epoch_leaves_training_as_it_was(tmp_path, monkeypatch, only_record):
     monkeypatch.chdir(tmp_path)
     two = [*TINY, "--trainer.max_epochs=2", "--model.dropout=0.1", "--data.random_crop=true"]

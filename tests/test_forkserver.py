@@ -45,6 +45,7 @@ def worker():
     w.close()
 
 
+@pytest.mark.slow
 def test_a_forked_trial_trains_what_a_fresh_process_trains_under_the_sweeps_lock(worker, tmp_path, tiny_fit):
     args = (*tiny_fit(3, 2), "--trainer.max_epochs=2", "--run.trial=t")
     fresh = subprocess.run(fit_argv(tmp_path / "fresh", *args), capture_output=True, text=True)
@@ -67,6 +68,7 @@ def test_a_forked_trial_trains_what_a_fresh_process_trains_under_the_sweeps_lock
         {k: v for k, v in b["config"].items() if k != "run.root"}
 
 
+@pytest.mark.slow
 def test_a_forked_trial_leads_its_own_session_and_stops_on_sigterm_as_fit_does(worker, tmp_path, tiny_fit):
     root = tmp_path / "runs"
     proc = worker.start(fit_argv(root, *tiny_fit(20, 1), "--trainer.max_epochs=500"), dict(os.environ),
@@ -80,6 +82,7 @@ def test_a_forked_trial_leads_its_own_session_and_stops_on_sigterm_as_fit_does(w
     assert record_of(root)["status"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_a_killed_trial_reports_the_signal_and_a_bad_command_its_exit_code(worker, tmp_path, tiny_fit):
     proc = worker.start(fit_argv(tmp_path, *tiny_fit(400, 1), "--trainer.max_epochs=50"), dict(os.environ),
                         stdout=open(tmp_path / "log", "wb"))
@@ -91,8 +94,11 @@ def test_a_killed_trial_reports_the_signal_and_a_bad_command_its_exit_code(worke
     assert "nope" in (tmp_path / "log2").read_text()
     with pytest.raises(ValueError, match="vit-ablate commands only"):
         worker.start(["/bin/true"], dict(os.environ))
+    with pytest.raises(ValueError, match="runs `vit-ablate fit` only, not table"):
+        worker.start(executable(("vit-ablate", "table", "pos_encoding")), dict(os.environ))
 
 
+@pytest.mark.slow
 @pytest.mark.ddp
 def test_a_forked_ddp_trial_starts_its_other_rank_with_the_trials_own_command(worker, tmp_path, tiny_fit):
     root = tmp_path / "runs"

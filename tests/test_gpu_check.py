@@ -8,6 +8,7 @@ from vit_lightning.bench import gpu_check
 from vit_lightning.cli import main
 
 
+@pytest.mark.slow
 def test_dry_run_passes_every_step_and_writes_one_report(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "report.md"
@@ -39,6 +40,7 @@ def test_without_a_gpu_it_says_so(tmp_path, capsys):
     assert "--dry-run" in capsys.readouterr().err and not (tmp_path / "r.md").exists()
 
 
+@pytest.mark.slow
 def test_a_failed_step_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
     def broken():
         raise RuntimeError("no kernel image is available")

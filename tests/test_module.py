@@ -20,6 +20,7 @@ def expected_lr(schedule: str, peak: float, warmup: int, total: int, step: int) 
     return peak * {"cosine": (1 + math.cos(math.pi * done)) / 2, "linear": 1 - done, "constant": 1.0}[schedule]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["cosine", "linear", "constant"])
 def test_learning_rate_at_every_step(schedule, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -3,6 +3,7 @@
 import csv
 import json
 
+import pytest
 import torch
 import torch.nn.functional as F
 from tiny import TINY_MODEL
@@ -32,6 +33,7 @@ def random_head(dim: int, num_classes: int, init: str = "paper") -> torch.nn.Mod
     return torch.nn.Linear(dim, num_classes)
 
 
+@pytest.mark.slow
 def test_logged_epoch_metrics_equal_a_direct_computation(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(HEADS, "linear", random_head)

@@ -570,6 +570,7 @@ def test_cli_rejects_unknown_names(tmp_path, monkeypatch, capsys):
 
 # ---- end to end ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_tiny_sweep_then_table(tmp_path, monkeypatch):
     """Two cells of the real pos_encoding demo through the local sweep backend, then `vit-ablate table`."""
     yaml = pytest.importorskip("yaml")

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 
+import pytest
 from tiny import TINY_MODEL
 
 from vit_lightning import rundir, train
@@ -19,6 +20,7 @@ def sigterm_at_step_8(self, outputs, batch, batch_idx):
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_mid_epoch_and_the_resume_trains_every_step_once(tmp_path, monkeypatch, capsys):
     args = [*TINY, f"--run.root={tmp_path}"]
     with monkeypatch.context() as patch:

@@ -49,7 +49,7 @@ def test_every_ablation_has_demo_and_gpu_profiles():
         for prof in ablation.profiles.values():
             assert prof.fixed["run.ablation"] == name and prof.fixed["run.profile"] == prof.name
             # runs per cell: seeds, times the replicates (transfer: the source runs of a cell) where swept
-            per_cell = len(prof.seeds) * min(len(b.get(ablation.replicates, [None])) for b in prof.grids)
+            per_cell = len(prof.seeds) * min(len(b.get(ablation.replicates, [None])) for b in yamls.named_runs(prof))
             assert per_cell >= (1 if prof.name == "demo" or prof.search else 3)  # a search: one seed
         assert ablation.profiles["imagenet"].fixed["data.name"] == "imagefolder"
         assert ablation.profiles["imagenet"].fixed["trainer.precision"] == "bf16-mixed"

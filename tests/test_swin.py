@@ -142,6 +142,7 @@ def _record(root):
 
 @pytest.mark.parametrize("extra", [["--model.pos_encoding=learned_1d+relative_bias_2d", "--model.drop_path=0.1"],
                                    ["--model.shift=false", "--model.pos_encoding=none"]], ids=["abs-rel", "no-shift"])
+@pytest.mark.slow
 def test_fit_trains_a_swin(extra, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert train.main([*TINY, *extra]) == 0
@@ -160,6 +161,8 @@ def test_fit_refuses_a_vit_option_for_swin_in_one_line(tmp_path, monkeypatch, ca
     assert len(err) == 1 and "pos_injection" in err[0] and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.ddp
+@pytest.mark.slow
 def test_fit_swin_ddp_two_cpu_processes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -168,6 +171,7 @@ def test_fit_swin_ddp_two_cpu_processes(tmp_path, monkeypatch):
     assert record["status"] == "completed" and record["compute"]["num_devices"] == 2
 
 
+@pytest.mark.slow
 def test_arch_defaults_are_recorded_and_name_the_run_as_before_swin(tmp_path, monkeypatch):
     """A plain ViT fit records cls / learned_1d / patch 7 (not null) and its name no arch; Swin gets its own."""
     monkeypatch.chdir(tmp_path)
@@ -223,6 +227,7 @@ def test_swin_ablation_runs_table4_with_the_papers_numbers_and_recipe():
     assert {k: imagenet[k] for k in recipe} == recipe
 
 
+@pytest.mark.slow
 def test_fewshot_on_a_swin_run_during_fit_and_from_its_checkpoint(tmp_path, monkeypatch):
     """fit's few-shot probe reads Swin's pooled features; `vit-ablate fewshot` on the run repeats its numbers."""
     from vit_lightning import fewshot

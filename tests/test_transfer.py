@@ -149,6 +149,7 @@ def only_record(root, trial: str | None = None) -> dict:
     return json.loads(paths[0].read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_fine_tuning_at_56_px_from_a_28_px_run_reaches_the_source_accuracy(encoding, tmp_path):
     pooling = "gap" if encoding == "sincos_2d" else "cls"
@@ -172,6 +173,7 @@ def test_fine_tuning_at_56_px_from_a_28_px_run_reaches_the_source_accuracy(encod
     assert only_record(tmp_path)["finished_at"] == tuned["finished_at"]
 
 
+@pytest.mark.slow
 def test_eval_at_another_resolution_writes_a_record(tmp_path, capsys):
     assert fit(tmp_path, "--trainer.limit_train_batches=5", "--run.trial=src") == 0
     run = tmp_path / "adhoc/local/src"
@@ -194,6 +196,7 @@ def test_eval_at_another_resolution_writes_a_record(tmp_path, capsys):
     assert accuracy(trained.model.model, first)["val/acc"] == pytest.approx(fitted)
 
 
+@pytest.mark.slow
 def test_bad_sources_are_one_line_before_anything_is_written(tmp_path, capsys):
     assert fit(tmp_path, "--trainer.limit_train_batches=2", "--run.trial=src") == 0
     src = tmp_path / "adhoc/local/src"

@@ -37,9 +37,10 @@ def test_trials_name_the_source_sweeps_runs_by_trial_id():
     ablation, source = load("transfer"), load("pos_encoding")
     for name in ablation.profiles:
         want = {str(t.run_dir) for t in trials.build([c for _, c in yamls.sweep_configs(source, name)])}
-        have = [t["model.init_from"] for t in ablation.trials(name)]
+        tuned = [t.params for t in trials.build([c for _, c in yamls.sweep_configs(ablation, name)])]
+        have = [t["model.init_from"] for t in tuned]
         assert sorted(have) == sorted(want)  # every source run once, under runs/pos_encoding/<profile>/<its id>
-        for trial in ablation.trials(name):  # each transfer trial keeps its source's cell
+        for trial in tuned:  # each transfer trial keeps its source's cell
             assert f"-{trial['model.pos_encoding']}-{trial['model.pos_injection']}-" in trial["model.init_from"]
         assert len(ablation.table_profile(name).cells()) == len(source.cells(name))
     demo = ablation.profile("demo").fixed

@@ -205,6 +205,7 @@ def read_png(path):
     return data
 
 
+@pytest.mark.slow
 def test_viz_draws_every_figure_of_a_short_fit_reproducibly(runs, tmp_path):
     run = run_dir(runs, "learned_1d")
     assert viz([str(run), "--out", str(tmp_path / "a"), "--images", "5"]) == 0
@@ -219,6 +220,7 @@ def test_viz_draws_every_figure_of_a_short_fit_reproducibly(runs, tmp_path):
         assert path.read_bytes() == (tmp_path / "b" / path.name).read_bytes(), path.name
 
 
+@pytest.mark.slow
 def test_viz_distances_agree_with_the_model_attention(runs):
     run = load_run(run_dir(runs, "learned_1d"), images=3)
     maps = run.vit.attention_maps(run.images)
@@ -226,6 +228,7 @@ def test_viz_distances_agree_with_the_model_attention(runs):
     assert np.allclose(compute(run, chunk=2).distance, want)  # chunked averaging = one pass
 
 
+@pytest.mark.slow
 def test_viz_of_none_says_there_is_nothing_to_draw(runs, tmp_path, capsys):
     assert viz([str(run_dir(runs, "none")), "--out", str(tmp_path), "--images", "0"]) == 0
     assert not (tmp_path / "pos_similarity.png").exists()
@@ -253,6 +256,7 @@ def table_runs(runs, out):
     return figure_runs(TINY_ABLATION, TINY_ABLATION.profile("demo"), out)
 
 
+@pytest.mark.slow
 def test_ablation_figures_one_run_per_variant_and_the_comparisons(runs, tmp_path):
     candidates = table_runs(runs, tmp_path)
     assert [len(names) for names in candidates] == [1, 1, 0]  # relative_bias_2d was not run
@@ -272,6 +276,7 @@ def test_ablation_figures_one_run_per_variant_and_the_comparisons(runs, tmp_path
              "left as they are"])
 
 
+@pytest.mark.slow
 def test_figures_draw_only_runs_the_table_uses_first_with_a_checkpoint(runs, tmp_path):
     none, learned, _ = table_runs(runs, tmp_path)
     demo = TINY_ABLATION.profile("demo")
@@ -280,6 +285,7 @@ def test_figures_draw_only_runs_the_table_uses_first_with_a_checkpoint(runs, tmp
     assert chosen["learned_1d-stem"][1] == run_dir(runs, "learned_1d")  # the first candidate has no checkpoint
 
 
+@pytest.mark.slow
 def test_figures_go_to_the_runs_offline_wandb_run(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.chdir(tmp_path)

@@ -477,7 +477,7 @@ def test_fit_with_w_and_b_unreachable_says_so_in_one_line_and_logs_offline(tmp_p
 def test_a_local_resume_continues_the_w_and_b_run_in_its_own_project_and_entity(tmp_path, monkeypatch):
     """An agent's trial resumed outside the agent goes on in the run it recorded: id, project and entity."""
     from vit_lightning import loggers
-    from vit_lightning.record import write_record
+    from vit_lightning.rundir import write_record
 
     monkeypatch.delenv("WANDB_SWEEP_ID", raising=False)
     write_record(tmp_path, {"status": "interrupted",

@@ -225,6 +225,22 @@ def profile(name: str, grids, fixed: dict | None = None, seeds=None, description
     return Profile(name, fixed, grids, seeds, ", ".join(filter(None, [description, budget])))
 
 
+@dataclass(frozen=True, repr=False)
+class RunsOf:
+    """A swept value standing for every run (one per seed) of another ablation's profile of the same name, in
+    this grid block's cell: the sweep names them by run directory (sweep.yamls), as `model.init_from` takes."""
+
+    ablation: Ablation
+
+    def __repr__(self) -> str:
+        return f"RunsOf({self.ablation.name!r})"
+
+
+def runs_of(source: Ablation, name: str, key: str) -> tuple[dict, ...]:
+    """One grid block per cell of source's profile `name`: that cell, and `key` swept over its runs (RunsOf)."""
+    return tuple({**{k: [v] for k, v in cell.items()}, key: [RunsOf(source)]} for cell in source.profile(name).cells())
+
+
 PACKAGE = "vit_lightning.ablations"  # installed from the top-level ablations/ folder (pyproject: package-dir)
 
 

@@ -11,28 +11,44 @@ A head is only as good as the classes it was trained on: on data with another nu
 features) is reported, never top-1, top-5 or loss. A run of a family with windows is evaluated as it was trained, at its own image
 size (its windows are not resampled). Bad options (--shots, --device, --out, --into-record) are one-line
 errors before anything is evaluated or written.
+
+StartAccuracy is fit's callback for a run started from a trained model: the same top-1 before fine-tuning.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
+import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 import yaml
+from typing_extensions import override
 
 from vit_lightning import fewshot
-from vit_lightning.bookkeeping import RECORD, now, write_atomic
+from vit_lightning.bookkeeping import BEST_METRIC, RECORD, now, write_atomic
 from vit_lightning.identity import plain
 from vit_lightning.model.build import build_backbone
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
-from vit_lightning.trained import TrainedError, build_data, checkpoint_path, load_trained, read_checkpoint
+from vit_lightning.record import RunRecord
+from vit_lightning.rundir import (
+    Busy,
+    RunDirError,
+    check_free,
+    checkpoint_path,
+    read_checkpoint,
+    read_record,
+    update_record,
+)
+from vit_lightning.trained import TrainedError, build_data, load_trained
 from vit_lightning.transfer import (
     RESAMPLE,
+    Source,
     SourceError,
     account,
     check_data,
@@ -66,6 +82,37 @@ def accuracy(vit: torch.nn.Module, loader, progress: bool = False) -> dict[str, 
     return {"val/acc": hits1 / n, "val/acc5": hits5 / n, "val/loss": loss / n}
 
 
+class StartAccuracy(pl.Callback):
+    """Into the record: the source's own accuracy and, before any fine-tuning, the accuracy on the new data.
+
+    `transfer/source_acc` is the source record's val/acc_best (at its resolution); `transfer/start_acc` the
+    started model's top-1 on the validation batches fit validates on (resampled encodings, no training).
+    """
+
+    def __init__(self, source: Source):
+        self.metrics = {"transfer/source_acc": (source.account.get("metrics") or {}).get(BEST_METRIC)}
+
+    @override
+    def state_dict(self) -> dict:
+        return dict(self.metrics)  # a resumed run keeps the numbers measured before it first trained
+
+    @override
+    def load_state_dict(self, state: dict) -> None:
+        self.metrics = dict(state)
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.global_step == 0 and trainer.is_global_zero:
+            loader = trainer.datamodule.val_dataloader()
+            limit = trainer.limit_val_batches
+            count = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
+            batches = (batch for _, batch in zip(range(count), loader))
+            self.metrics["transfer/start_acc"] = accuracy(pl_module.model, batches)["val/acc"]
+        for callback in trainer.callbacks:
+            if isinstance(callback, RunRecord):
+                callback.add_metrics(self.metrics)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vit-ablate eval", description=__doc__.split(":", 1)[1].strip().split("\n")[0])
     p.add_argument("source", help="a run dir, a .ckpt, timm:NAME or timm:NAME@FILE")
@@ -91,12 +138,14 @@ def check_args(args) -> None:
     if args.into_record:
         if source_kind(args.source) == "timm":
             raise ValueError(f"--into-record: {args.source} has no run record; give a run dir or its checkpoint")
-        record = checkpoint_path(Path(args.source)).parent / RECORD
+        directory = checkpoint_path(Path(args.source)).parent
         try:
-            json.loads(record.read_text())
-        except (OSError, ValueError) as error:
-            raise ValueError(f"--into-record: cannot read the run record {record}: {error.strerror or error}") from None
-        check_writable(record, "--into-record")
+            found = read_record(directory)
+        except RunDirError as error:
+            raise ValueError(f"--into-record: {error}") from None
+        if found is None:
+            raise ValueError(f"--into-record: no run record {directory / RECORD}; give a run dir or its checkpoint")
+        check_writable(directory / RECORD, "--into-record")
 
 
 def check_device(text: str) -> None:
@@ -209,16 +258,30 @@ def _as_trained(args, changes: dict):
     return model, datamodule, account, trained.data_options
 
 
+def add_eval(record: dict):
+    """The change that files an evaluation record under the run record's `eval`, as `<data>@<size>px[/p<patch>]`."""
+    resized = record["source"].get("patch_resize")
+    key = f"{record['data'].get('name')}@{record['img_size']}px" + (f"/p{resized['to']}" if resized else "")
+
+    def change(run_record: dict) -> None:
+        run_record.setdefault("eval", {})[key] = record["metrics"]
+    return change
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
     try:
         check_args(args)
         changes = data_changes(extra)
+        if args.into_record:  # a fit training the run would overwrite the numbers: say so before the work
+            check_free(checkpoint_path(Path(args.source)).parent)
         record, out = run(args, changes)
-    except (ValueError, TrainedError, OSError) as error:
+        if args.into_record:  # first, so a refusal writes nothing
+            update_record(Path(record["source"]["file"]).parent, add_eval(record))
+        write_atomic(out, (json.dumps(plain(record), indent=2) + "\n").encode())
+    except (ValueError, TrainedError, OSError, Busy) as error:
         print(f"vit-ablate eval: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    write_atomic(out, (json.dumps(plain(record), indent=2) + "\n").encode())
     m = record["metrics"]
     shots = fewshot.describe(m, args.shots) if args.shots else ""
     if record["new_head"]:
@@ -227,11 +290,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"top-1 {m['val/acc']:.4f}, top-5 {m['val/acc5']:.4f}, loss {m['val/loss']:.4f}"
               + (f", {shots}" if shots else "") + f"\nwrote {out}")
     if args.into_record:
-        path = Path(record["source"]["file"]).parent / RECORD
-        run_record = json.loads(path.read_text())
-        resized = record["source"].get("patch_resize")
-        key = f"{record['data'].get('name')}@{record['img_size']}px" + (f"/p{resized['to']}" if resized else "")
-        run_record.setdefault("eval", {})[key] = record["metrics"]
-        write_atomic(path, (json.dumps(plain(run_record), indent=2) + "\n").encode())
-        print(f"updated {path}")
+        print(f"updated {Path(record['source']['file']).parent / RECORD}")
     return 0

@@ -26,7 +26,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 from typing_extensions import override
 
-from vit_lightning.record import RECORD, RunRecord, write_record
+from vit_lightning.bookkeeping import RECORD
+from vit_lightning.record import RunRecord
+from vit_lightning.rundir import Busy, check_free, checkpoint_path, update_record
 from vit_lightning.trained import load_trained
 
 SHOTS = (1, 5, 10, 25)
@@ -307,15 +309,15 @@ def main(argv: list[str] | None = None) -> int:
     """`vit-ablate fewshot RUN_DIR_OR_CHECKPOINT [--shots K ...] [--draws N] [--seed S] [--data-root DIR]`."""
     args = parser().parse_args(argv)
     try:
+        check_free(checkpoint_path(Path(args.path)).parent)  # a fit training the run would overwrite the numbers
         model, datamodule, record, ckpt, _ = load_trained(Path(args.path), root=args.data_root)
         metrics = evaluate(model.model.to(args.device), datamodule, tuple(args.shots), args.draws, args.seed,
                            args.estimator)
-    except (ValueError, RuntimeError) as error:
+        print(f"few-shot linear ({args.draws} draws): {describe(metrics, args.shots)}")
+        if record is not None:  # read again under the lock: the record as it is now, with these numbers added
+            update_record(ckpt.parent, lambda now: now.setdefault("metrics", {}).update(metrics))
+            print(f"updated {ckpt.parent / RECORD}")
+    except (ValueError, RuntimeError, OSError, Busy) as error:
         print(f"vit-ablate fewshot: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    print(f"few-shot linear ({args.draws} draws): {describe(metrics, args.shots)}")
-    if record is not None:
-        record.setdefault("metrics", {}).update(metrics)
-        write_record(ckpt.parent, record)
-        print(f"updated {ckpt.parent / RECORD}")
     return 0

@@ -25,11 +25,11 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
-from vit_lightning.ablation import METRIC as SWEEP_METRIC  # every ablation's sweep metric
-from vit_lightning.bookkeeping import FINAL, SUMMARY_FIELDS, one_line
+from vit_lightning.bookkeeping import BEST_METRIC, FINAL, SUMMARY_FIELDS, one_line
 from vit_lightning.compat.wandb import credentials as wandb_credentials
 from vit_lightning.compat.wandb import env_mode
-from vit_lightning.record import RunRecord, read_record
+from vit_lightning.record import RunRecord
+from vit_lightning.rundir import load_record
 
 MODES = ("auto", "online", "offline", "off")
 STEP_KEY = "trainer/global_step"  # the step Lightning's WandbLogger adds to each history row
@@ -77,7 +77,7 @@ def logger(directory: Path, config: dict, previous: dict | None = None) -> Wandb
     if not chosen:
         return None
     _Service.gone = False  # a new run: wandb.init starts a service if an earlier fit of this process lost its one
-    previous = (read_record(directory) if previous is None else previous) or {}
+    previous = (load_record(directory)[0] if previous is None else previous) or {}
     before = previous.get("wandb") or {}
     unfinished = bool(before.get("run_id")) and previous.get("status") not in FINAL and not config["run.retrain"]
     # WandbLogger has wandb.init resume the run of its id ("allow"): under an agent the agent's id (WANDB_RUN_ID,
@@ -116,9 +116,9 @@ def report_finished(directory: Path, config: dict, record: dict) -> None:
     run = guarded(wandb.init, name=directory.name, dir=str(directory), mode=chosen, **_grouping(config))
     if run is None:
         return
-    best = (record.get("metrics") or {}).get(SWEEP_METRIC)
+    best = (record.get("metrics") or {}).get(BEST_METRIC)
     if best is not None:
-        guarded(run.log, {SWEEP_METRIC: best})
+        guarded(run.log, {BEST_METRIC: best})
     guarded(run.summary.update, {**summary(record), "skipped": "run dir already finished"})
     finish(0)
 
@@ -259,11 +259,11 @@ class WandbSummary(pl.Callback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        best = (self.record.record.get("metrics") or {}).get(SWEEP_METRIC)
+        best = (self.record.record.get("metrics") or {}).get(BEST_METRIC)
         for wandb_logger in _wandb_loggers(trainer):
             if best is not None:  # the sweep metric in the history, for W&B's sweep charts; with its epoch, as
                 # Lightning's own rows carry it, so `table --wandb` files the row under that epoch
-                wandb_logger.log_metrics({SWEEP_METRIC: best, "epoch": trainer.current_epoch}, step=trainer.global_step)
+                wandb_logger.log_metrics({BEST_METRIC: best, "epoch": trainer.current_epoch}, step=trainer.global_step)
         self._mirror(trainer)
 
     @override

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import signal
@@ -15,38 +14,13 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import BEST_METRIC, RECORD, now, one_line, write_atomic
+from vit_lightning.bookkeeping import BEST_METRIC, now, one_line
 from vit_lightning.callbacks import DivergenceStop, stop_signal
 from vit_lightning.identity import number, plain
+from vit_lightning.rundir import load_record, write_record
 
 SCHEMA = 1
 HISTORY_KEYS = ("val/acc", "val/acc5", "val/loss", "train/loss", "train/acc")
-
-
-def read_record(directory: Path) -> dict | None:
-    """The run's record; None when there is none or it cannot be read (record_problem says why)."""
-    try:
-        record = json.loads((Path(directory) / RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def record_problem(directory: Path) -> str | None:
-    """Why an existing results.json is no record (truncated, not JSON, unreadable); None when it is one or absent."""
-    path = Path(directory) / RECORD
-    if not path.exists():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        return one_line(error)
-    return None if isinstance(record, dict) else "not a JSON object"
-
-
-def write_record(directory: Path, record: dict) -> None:
-    """Atomic write: readers never see a half-written results.json."""
-    write_atomic(directory / RECORD, (json.dumps(plain(record), indent=2, allow_nan=False) + "\n").encode())
 
 
 def versions() -> dict[str, str]:
@@ -188,7 +162,7 @@ class RunRecord(pl.Callback):
 
     # --- helpers -------------------------------------------------------------------------------------
     def _new_record(self, trainer: pl.Trainer) -> dict:
-        previous = (read_record(self.directory) if self.previous is None else self.previous) or {}
+        previous = (load_record(self.directory)[0] if self.previous is None else self.previous) or {}
         cfg = self.config
         return {
             "schema": SCHEMA, "name": self.directory.name, "trial": self.directory.name,  # the sweep's lookup key

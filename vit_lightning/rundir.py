@@ -33,6 +33,7 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from typing_extensions import override
 
 from vit_lightning.bookkeeping import FINAL, LAST_CKPT, RECORD, one_line, write_atomic
+from vit_lightning.identity import plain
 
 LOCK = ".lock"
 ENV_FD = "VIT_ABLATE_RUN_LOCK_FD"  # a lock on this run dir that the parent (the sweep) took for this process
@@ -41,6 +42,10 @@ BUSY = 75  # fit's exit code when another process trains its run dir (EX_TEMPFAI
 
 class Busy(Exception):
     """Another live process holds the run directory; the message names it."""
+
+
+class RunDirError(ValueError):
+    """A record or checkpoint that cannot be read; the message is one line naming the file and the problem."""
 
 
 def acquire(directory: Path) -> int:
@@ -149,12 +154,96 @@ def load_record(directory: Path) -> tuple[dict | None, str | None]:
     return (record, None) if isinstance(record, dict) else (None, "not a JSON object")
 
 
+def read_record(directory: Path) -> dict | None:
+    """The run's record; None when there is none, RunDirError when results.json is no record."""
+    record, problem = load_record(directory)
+    if problem:
+        raise RunDirError(f"cannot read {Path(directory) / RECORD}: {problem}")
+    return record
+
+
+def write_record(directory: Path, record: dict) -> None:
+    """Atomic write: readers never see a half-written results.json."""
+    write_atomic(Path(directory) / RECORD, (json.dumps(plain(record), indent=2, allow_nan=False) + "\n").encode())
+
+
+def record_bytes(directory: Path) -> bytes:
+    """The run's results.json exactly as written (for a byte copy); OSError when it cannot be read."""
+    return (Path(directory) / RECORD).read_bytes()
+
+
+def run_dirs(folder: Path) -> list[Path]:
+    """The run directories right under `folder` that hold a results.json, sorted."""
+    return sorted(path.parent for path in Path(folder).glob(f"*/{RECORD}"))
+
+
+def check_free(directory: Path) -> None:
+    """Busy when a fit (or another writer) holds this run's dir now; a writer outside fit asks before its work.
+
+    A directory without a record is no run (a checkpoint kept elsewhere): nothing to ask, nothing written."""
+    if (Path(directory) / RECORD).is_file():
+        release(acquire(directory))
+
+
+def update_record(directory: Path, change) -> dict:
+    """Apply change(record) to the run's record under the run dir's lock (for writers outside fit).
+
+    Busy when a fit holds the directory, RunDirError when there is no readable record; nothing written then.
+    """
+    if not (Path(directory) / RECORD).is_file():
+        raise RunDirError(f"no {RECORD} in {directory}")
+    lock = acquire(directory)
+    try:
+        record = read_record(directory)
+        if record is None:
+            raise RunDirError(f"no {RECORD} in {directory}")
+        change(record)
+        write_record(directory, record)
+        return record
+    finally:
+        release(lock)
+
+
+def checkpoint_path(path: Path) -> Path:
+    """A run dir's last.ckpt, or the given checkpoint file."""
+    path = Path(path)
+    return path / LAST_CKPT if path.is_dir() else path
+
+
+def read_checkpoint(path: Path) -> dict:
+    """The checkpoint's plain content (weights-only loading); RunDirError for a missing or foreign file."""
+    ckpt = checkpoint_path(path)
+    if not ckpt.is_file():
+        raise RunDirError(f"no checkpoint at {ckpt}")
+    try:
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated, not a zip/pickle, or pickled objects weights_only refuses
+        raise RunDirError(f"cannot load checkpoint {ckpt}: {one_line(error)}") from None
+    if not isinstance(state, dict) or not {"state_dict", "hyper_parameters"} <= set(state):
+        raise RunDirError(f"cannot load checkpoint {ckpt}: not a `vit-ablate fit` checkpoint "
+                          "(no state_dict and hyper_parameters)")
+    return state
+
+
+def checkpoint_record(ckpt: Path) -> dict | None:
+    """The record beside a checkpoint file (None: none there), RunDirError when it is unreadable."""
+    return read_record(Path(ckpt).parent) if Path(ckpt).is_file() else None
+
+
+def data_options(state: dict, record: dict | None) -> dict | None:
+    """The data module options the run trained with: the checkpoint's, else its record's `data.*`."""
+    options = state.get("datamodule_hyper_parameters")
+    if options is None and record:
+        options = {k.split(".", 1)[1]: v for k, v in (record.get("config") or {}).items() if k.startswith("data.")}
+    return dict(options) if options is not None else None
+
+
 class RunDir:
     """What fit found in its run directory once it held it; a context manager that releases the lock.
 
     previous: the record of an earlier attempt ({} when none); finished: that attempt completed or
     diverged; resume: the checkpoint to resume from (None: train from scratch); recovery: what was
-    set aside, in one line (None when nothing was); wandb_id: the earlier attempt's W&B run.
+    set aside, in one line (None when nothing was).
     """
 
     def __init__(self, path: Path, lock: int | None, previous: dict, resume: Path | None, recovery: str | None):
@@ -163,10 +252,6 @@ class RunDir:
     @property
     def finished(self) -> bool:
         return self.previous.get("status") in FINAL
-
-    @property
-    def wandb_id(self) -> str | None:
-        return (self.previous.get("wandb") or {}).get("id")
 
     @classmethod
     def open(cls, path: Path, retrain: bool, owner: bool = True) -> RunDir:

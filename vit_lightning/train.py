@@ -31,6 +31,7 @@ from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinte
 from vit_lightning.compat.lightning import set_collective_timeout
 from vit_lightning.data import ViTDataModule
 from vit_lightning.defaults import DEMO
+from vit_lightning.evaluate import StartAccuracy
 from vit_lightning.hyperband import HyperbandStop
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, trial_name
@@ -143,7 +144,7 @@ class FitCLI(LightningCLI):
             # One checkpoint, overwritten every epoch: {run dir}/last.ckpt (resume point, final weights).
             ModelCheckpoint(dirpath=directory, filename=Path(LAST_CKPT).stem, save_top_k=1, save_on_train_epoch_end=True,
                             enable_version_counter=False),
-            *([transfer.StartAccuracy(self.source)] if self.source else []),  # before any fine-tuning step
+            *([StartAccuracy(self.source)] if self.source else []),  # before any fine-tuning step
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
             divergence,
             self.stop,

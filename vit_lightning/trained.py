@@ -1,21 +1,17 @@
 """A trained run, back from its directory or checkpoint: the model, its data and its record.
 
-Few-shot evaluation, the analysis figures, `vit-ablate eval` and transfer all start here, so a run is
-read one way: the checkpoint (weights-only), then the record beside it, then the data the run saw
-(the checkpoint's data options, else the record's `data.*`), with any options the caller changes.
+Few-shot evaluation and the analysis figures start here, so a run is read one way: the checkpoint
+(weights-only) and the record beside it, both read by rundir, then the data the run saw (the
+checkpoint's data options, else the record's `data.*`), with any options the caller changes.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import torch
-
-from vit_lightning.bookkeeping import LAST_CKPT, RECORD, one_line
-
-CHECKPOINT = LAST_CKPT  # the checkpoint of a run directory
+from vit_lightning.bookkeeping import one_line
+from vit_lightning.rundir import RunDirError, checkpoint_path, checkpoint_record, data_options, read_checkpoint
 
 
 class TrainedError(ValueError):
@@ -32,56 +28,16 @@ class Trained(NamedTuple):
     data_options: dict | None  # the data module options the run trained with (None: unknown)
 
 
-def checkpoint_path(path: Path) -> Path:
-    """A run dir's last.ckpt, or the given checkpoint file."""
-    path = Path(path)
-    return path / CHECKPOINT if path.is_dir() else path
-
-
-def read_checkpoint(path: Path) -> dict:
-    """The checkpoint's plain content (weights-only loading); TrainedError for a missing or foreign file."""
-    ckpt = checkpoint_path(path)
-    if not ckpt.is_file():
-        raise TrainedError(f"no checkpoint at {ckpt}")
-    try:
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated, not a zip/pickle, or pickled objects weights_only refuses
-        raise TrainedError(f"cannot load checkpoint {ckpt}: {one_line(error)}") from None
-    if not isinstance(state, dict) or not {"state_dict", "hyper_parameters"} <= set(state):
-        raise TrainedError(f"cannot load checkpoint {ckpt}: not a `vit-ablate fit` checkpoint "
-                           "(no state_dict and hyper_parameters)")
-    return state
-
-
-def read_run_record(ckpt: Path) -> dict | None:
-    """The results.json beside a checkpoint; None when there is none, TrainedError when it is unreadable."""
-    path = Path(ckpt).parent / RECORD
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise TrainedError(f"cannot read {path}: {one_line(error)}") from None
-    if not isinstance(record, dict):
-        raise TrainedError(f"cannot read {path}: not a JSON object")
-    return record
-
-
-def data_options(state: dict, record: dict | None) -> dict | None:
-    """The data module options the run trained with: the checkpoint's, else its record's `data.*`."""
-    options = state.get("datamodule_hyper_parameters")
-    if options is None and record:
-        options = {k.split(".", 1)[1]: v for k, v in (record.get("config") or {}).items() if k.startswith("data.")}
-    return dict(options) if options is not None else None
-
-
 def load_trained(path: Path, data: bool = True, **changes) -> Trained:
     """The run at `path` (run dir or .ckpt): model, set-up data module (with `changes` to its options), record."""
     from vit_lightning.module import ViTClassifier
 
     ckpt = checkpoint_path(path)
-    record = read_run_record(ckpt) if ckpt.is_file() else None
-    state = read_checkpoint(ckpt)
+    try:
+        record = checkpoint_record(ckpt)
+        state = read_checkpoint(ckpt)
+    except RunDirError as error:
+        raise TrainedError(str(error)) from None
     try:
         model = ViTClassifier(**state["hyper_parameters"])
         model.load_state_dict(state["state_dict"])

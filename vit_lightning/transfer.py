@@ -10,20 +10,16 @@ the paper's zero-initialised head when the classes change (or when asked).
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-import lightning.pytorch as pl
 import torch
-from typing_extensions import override
 
-from vit_lightning.bookkeeping import BEST_METRIC, LAST_CKPT, RECORD, one_line
+from vit_lightning.bookkeeping import LAST_CKPT, RECORD, one_line
 from vit_lightning.model.build import build_backbone, timm_twin
 from vit_lightning.model.config import ViTConfig
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, architecture_keys
-from vit_lightning.record import RunRecord
-from vit_lightning.trained import TrainedError, data_options, read_checkpoint, read_run_record
+from vit_lightning.rundir import RunDirError, checkpoint_record, data_options, read_checkpoint
 
 RESIZED = ("patch_size",)  # architecture options a patch-stem source may change: its kernel is PI-resized (FlexiViT)
 DATA_KEYS = ("img_size", "in_chans", "num_classes")  # from the new data; img_size and num_classes may change
@@ -75,8 +71,8 @@ def source_problem(text: str) -> str | None:
     if not ckpt.is_file():
         return f"no checkpoint at {ckpt}"
     try:
-        record = read_run_record(ckpt)
-    except TrainedError as error:
+        record = checkpoint_record(ckpt)
+    except RunDirError as error:
         return str(error)
     if record is not None and record.get("status") != "completed":
         return (f"the run did not finish (status {record.get('status')!r}); "
@@ -118,9 +114,9 @@ def _run_source(text: str) -> Source:
         raise SourceError(f"model.init_from={text}: {problem}")
     ckpt = source_checkpoint(text)
     try:
-        record = read_run_record(ckpt)
+        record = checkpoint_record(ckpt)
         state = read_checkpoint(ckpt)
-    except TrainedError as error:
+    except RunDirError as error:
         raise SourceError(f"model.init_from={text}: {error}") from None
     names = {f.name for f in fields(ViTConfig)}
     options = {k: v for k, v in state["hyper_parameters"].items() if k in names}
@@ -270,35 +266,3 @@ def start_from(vit, source: Source, mode: str = "bicubic", new_head: bool = Fals
         last.weight.zero_()
         last.bias.zero_()
 
-
-class StartAccuracy(pl.Callback):
-    """Into the record: the source's own accuracy and, before any fine-tuning, the accuracy on the new data.
-
-    `transfer/source_acc` is the source record's val/acc_best (at its resolution); `transfer/start_acc` the
-    started model's top-1 on the validation batches fit validates on (resampled encodings, no training).
-    """
-
-    def __init__(self, source: Source):
-        self.metrics = {"transfer/source_acc": (source.account.get("metrics") or {}).get(BEST_METRIC)}
-
-    @override
-    def state_dict(self) -> dict:
-        return dict(self.metrics)  # a resumed run keeps the numbers measured before it first trained
-
-    @override
-    def load_state_dict(self, state: dict) -> None:
-        self.metrics = dict(state)
-
-    @override
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.global_step == 0 and trainer.is_global_zero:
-            from vit_lightning.evaluate import accuracy
-
-            loader = trainer.datamodule.val_dataloader()
-            limit = trainer.limit_val_batches
-            count = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
-            batches = (batch for _, batch in zip(range(count), loader))
-            self.metrics["transfer/start_acc"] = accuracy(pl_module.model, batches)["val/acc"]
-        for callback in trainer.callbacks:
-            if isinstance(callback, RunRecord):
-                callback.add_metrics(self.metrics)

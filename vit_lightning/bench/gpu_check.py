@@ -27,6 +27,7 @@ import vit_lightning
 from vit_lightning.ablation import BASE
 from vit_lightning.bench import cli as bench
 from vit_lightning.bench.report import render_markdown
+from vit_lightning.rundir import read_record, run_dirs
 
 # The bench's arguments on the GPU and in the dry run (tiny sizes, one round, the CPU's own profile).
 GPU_BENCH = ["--variant", "B", "--img-size", "224", "--patch-size", "16", "--batch-size", "128", "--steps", "10",
@@ -72,8 +73,8 @@ def fit(settings: dict, root: Path, timeout: int, dry: bool) -> dict:
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-20:])
         raise RuntimeError(f"fit exited {done.returncode}; the end of its stderr:\n{tail}")
-    [path] = root.glob("*/*/*/results.json")
-    record = json.loads(path.read_text())
+    [directory] = [run for folder in root.glob("*/*") for run in run_dirs(folder)]
+    record = read_record(directory) or {}
     history = record.get("history") or []
     if record.get("status") != "completed" or len(history) != settings["trainer.max_epochs"]:
         raise RuntimeError(f"record incomplete: status {record.get('status')}, {len(history)} epochs: {record.get('error')}")

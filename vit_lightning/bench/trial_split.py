@@ -148,13 +148,15 @@ def sweep_split(folders: list[str], trials: int | None = None) -> list[str]:
     from datetime import datetime
     from pathlib import Path
 
+    from vit_lightning.rundir import read_record
+
     lines = []
     for folder in folders:
         state = json.loads((Path(folder) / ".sweep-state.json").read_text())["trials"]
         done = sorted((t["started_at"], tid, t) for tid, t in state.items() if t.get("status") == "completed")
         rows = []
         for _, tid, entry in done[:trials]:
-            record = json.loads((Path(folder) / tid / "results.json").read_text())
+            record = read_record(Path(folder) / tid)
             total = (datetime.fromisoformat(entry["finished_at"]) - datetime.fromisoformat(entry["started_at"]))
             compute, steps = record["compute"], record["metrics"]["steps"]
             train = steps * record["config"]["data.batch_size"] / compute["train_images_per_s"]

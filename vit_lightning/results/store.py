@@ -13,6 +13,7 @@ from typing import Any
 
 from vit_lightning.bookkeeping import FINAL, RECORD, SUMMARY_FIELDS, write_atomic
 from vit_lightning.identity import flatten, number, plain
+from vit_lightning.rundir import record_bytes, run_dirs
 
 # W&B run state -> our record status, for runs whose summary has no final status (W&B has no "diverged")
 WANDB_STATES = {"finished": "completed", "running": "running", "pending": "running",
@@ -61,13 +62,14 @@ def store(records_dir: Path, record: dict, data: bytes | None = None) -> bool:
 def collect(runs_root: Path, ablation: str, profile: str, records_dir: Path) -> list[str]:
     """Copy runs/<ablation>/<profile>/*/results.json into records_dir (JSON only); names written."""
     written = []
-    for path in sorted((Path(runs_root) / ablation / profile).glob(f"*/{RECORD}")):
-        data = path.read_bytes()
+    for directory in run_dirs(Path(runs_root) / ablation / profile):
+        path = directory / RECORD
         try:
+            data = record_bytes(directory)
             record = json.loads(data)
             if store(records_dir, record, data):  # a byte copy: the record stays exactly as the run wrote it
                 written.append(record["name"])
-        except (ValueError, AttributeError) as err:  # half-copied by hand, or not a record at all
+        except (OSError, ValueError, AttributeError) as err:  # half-copied by hand, or not a record at all
             print(f"vit-ablate table: skipping {path}: {err}", file=sys.stderr)
     return written
 

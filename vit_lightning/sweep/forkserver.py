@@ -25,6 +25,8 @@ stops that trial itself.
 from __future__ import annotations
 
 import array
+import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -35,7 +37,7 @@ import subprocess
 import sys
 
 # what a trial imports before it trains: torch, Lightning, torchvision, the model; wandb (fit checks its credentials)
-PRELOAD = ("vit_lightning.train", "vit_lightning.cli", "wandb")
+PRELOAD = ("vit_lightning.train", "wandb")
 MAX_MESSAGE = 1 << 20
 
 
@@ -80,6 +82,8 @@ class Worker:
             script, args = None, argv[3:]  # the child runs vit_lightning/cli.py as the script
         else:
             raise ValueError(f"a trial worker runs vit-ablate commands only, not {argv[0]}")
+        if args[:1] != ["fit"]:
+            raise ValueError(f"a trial worker runs `vit-ablate fit` only, not {' '.join(args[:1])}")
         out = stdout.fileno() if stdout is not None else sys.stdout.fileno()
         err = stdout.fileno() if stdout is not None else sys.stderr.fileno()
         request = {"script": script, "args": args, "env": env, "fds": [1, 2, *pass_fds]}
@@ -173,19 +177,19 @@ def _child(sock: socket.socket, request: dict, fds: list[int]) -> int:
         stream.reconfigure(line_buffering=stream is sys.stderr or os.isatty(fd))
     os.environ.clear()
     os.environ.update(request["env"])
-    from vit_lightning import cli
+    from vit_lightning import train
 
     # Lightning starts the other DDP ranks with `python sys.argv[0] ARGS` when __main__ has no module spec
     # (else `python -m <__main__'s module>`, which here would be this worker): they run the trial's own command
-    sys.argv = [request["script"] or cli.__file__, *request["args"]]
+    # (the `vit-ablate` script, or the cli module's file: located, not imported, as it sits above the sweep)
+    script = request["script"] or importlib.util.find_spec("vit_lightning.cli").origin
+    sys.argv = [script, *request["args"]]
     sys.modules["__main__"].__spec__ = None
-    return cli.main(request["args"])
+    return train.main(request["args"][1:])  # after `fit`
 
 
 def serve(fd: int) -> int | None:
     """The worker's loop; returns None when the sweep hangs up, or, in a forked trial, the trial's exit code."""
-    import importlib
-
     sock = socket.socket(fileno=fd)
     for sig in (signal.SIGTERM, signal.SIGINT):  # a job-wide signal is the trial's to handle; the sweep reports it
         signal.signal(sig, signal.SIG_IGN)

@@ -15,6 +15,7 @@ from vit_lightning import hyperband
 from vit_lightning.bookkeeping import RECORD
 from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, world_size
 from vit_lightning.model.family import trial_name
+from vit_lightning.rundir import load_record
 from vit_lightning.sweep.expand import expand, render_args
 
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]  # W&B's default
@@ -126,12 +127,8 @@ def swept_keys(trials: list[Trial]) -> list[str]:
 
 def find_record(trial: Trial) -> dict | None:
     """The trial's record: {run_dir}/results.json when it says it belongs to this trial, else None."""
-    path = trial.run_dir / RECORD
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # not started, or being written
-    return {**record, "_path": str(path)} if isinstance(record, dict) and record.get("trial") == trial.id else None
+    record, _ = load_record(trial.run_dir)  # None: not started, or unreadable
+    return {**record, "_path": str(trial.run_dir / RECORD)} if record and record.get("trial") == trial.id else None
 
 
 SOURCE_KEY = "model.init_from"  # a trial started from another run names that run's directory here

@@ -134,12 +134,6 @@ def suggest(name: str, known: set[str]) -> str:
     return f"options are seed_everything and {', '.join(sorted({k.split('.')[0] + '.*' for k in known if '.' in k}))}"
 
 
-def check(config: Any, known: set[str] | None) -> None:
-    """All checks, in order: structure, then parameters."""
-    check_structure(config)
-    check_parameters(config.get("parameters"), known)
-
-
 @functools.lru_cache(maxsize=1)
 def fit_parser():
     """The real `vit-ablate fit` parser (train.fit_parser), built once per sweep command."""

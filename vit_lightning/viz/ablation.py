@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vit_lightning.trained import CHECKPOINT
+from vit_lightning.bookkeeping import LAST_CKPT
 from vit_lightning.viz.figures import Panel, distance_figure, panels_figure, similarity_mosaic, write_csv
 from vit_lightning.viz.run import Numbers, compute, draw, load_run, max_distance, offset_extent
 
@@ -29,7 +29,7 @@ def pick_runs(profile, runs: Path, candidates: list[list[str]]) -> dict[str, tup
     """Per designed cell (by label): the cell and the first of its table's runs (candidates) with a checkpoint."""
     chosen = {}
     for cell, names in zip(profile.cells(), candidates, strict=True):
-        directory = next((Path(runs) / name for name in names if (Path(runs) / name / CHECKPOINT).is_file()), None)
+        directory = next((Path(runs) / name for name in names if (Path(runs) / name / LAST_CKPT).is_file()), None)
         chosen[variant_label(cell)] = (cell, directory)
     return chosen
 
@@ -46,7 +46,7 @@ def write_ablation_figures(ablation, profile: str, runs_root: Path, out: Path, c
     chosen = pick_runs(ablation.table_profile(profile), runs, candidates)
     missing = [label for label, (_, d) in chosen.items() if d is None]
     if len(missing) == len(chosen):
-        return [], [f"figures: no completed run with {CHECKPOINT} and the profile's settings under {runs} "
+        return [], [f"figures: no completed run with {LAST_CKPT} and the profile's settings under {runs} "
                     f"(results/ keeps records only); the figures in {out} were left as they are"]
     paths, drawn = [], []
     for label, (cell, directory) in chosen.items():

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from vit_lightning.bookkeeping import RECORD, write_atomic
-from vit_lightning.trained import checkpoint_path
+from vit_lightning.bookkeeping import RECORD
+from vit_lightning.rundir import Busy, RunDirError, checkpoint_path, update_record
 from vit_lightning.viz import analysis
 from vit_lightning.viz.run import VizError, artifact_metrics, compute, draw, load_run, log_to_wandb
 
@@ -39,18 +38,20 @@ def _count(text: str) -> int:
 
 
 def into_record(run, numbers) -> str:
-    """Add the artifact numbers to the run's results.json (atomically); a line saying what was done."""
+    """Add the artifact numbers to the run's results.json (under the run dir's lock); a line saying what was done."""
     if getattr(numbers, "high_norm", None) is None:
         return "--into-record: nothing added (no attention numbers: a family without them, or --images 0)"
-    path = run.directory / RECORD
-    if not path.is_file():
-        return f"--into-record: nothing added (no {RECORD} beside the checkpoint)"
-    record = json.loads(path.read_text())
-    record.setdefault("metrics", {}).update(artifact_metrics(numbers))
-    record["viz"] = {"images": len(run.images), "high_norm_factor": analysis.HIGH_NORM,
-                     "high_norm": numbers.high_norm.tolist(), "attn_entropy": numbers.entropy.tolist()}
-    write_atomic(path, (json.dumps(record, indent=2) + "\n").encode())
-    return f"updated {path}"
+
+    def add(record: dict) -> None:
+        record.setdefault("metrics", {}).update(artifact_metrics(numbers))
+        record["viz"] = {"images": len(run.images), "high_norm_factor": analysis.HIGH_NORM,
+                         "high_norm": numbers.high_norm.tolist(), "attn_entropy": numbers.entropy.tolist()}
+
+    try:
+        update_record(run.directory, add)
+    except (Busy, RunDirError) as error:
+        return f"--into-record: nothing added ({error})"
+    return f"updated {run.directory / RECORD}"
 
 
 def main(argv: list[str] | None = None) -> int:
