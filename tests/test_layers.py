@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from vit_lightning import cli, floors
+from vit_lightning.model.family import FAMILIES
 from vit_lightning.sweep import forkserver
 
 PACKAGE = Path(floors.__file__).parent
@@ -22,6 +23,7 @@ ROUTES = {
     "vit_lightning.ablation": ("vit_lightning.model",),  # load() runs ablations/*.py, which import the model
     "vit_lightning.sweep.forkserver": tuple(m for m in forkserver.PRELOAD if m.startswith("vit_lightning")),
     "vit_lightning.bench.trial_split": (),  # times torch's Adam, found by name
+    "vit_lightning.viz.run": tuple(family.viz for family in FAMILIES.values() if family.viz),  # a family's figures
 }
 BY_NAME = ("import_module(", "spec_from_file_location(", "find_spec(", "__import__(")
 

@@ -26,7 +26,8 @@ from typing_extensions import override
 
 from vit_lightning.bookkeeping import BEST_METRIC
 from vit_lightning.identity import normalize
-from vit_lightning.record import HISTORY_KEYS, read_record
+from vit_lightning.record import HISTORY_KEYS
+from vit_lightning.rundir import load_record
 
 ENV = "VIT_ABLATE_EARLY_TERMINATE"  # JSON {rule: early_terminate, metric: {name, goal}, fixed: {key: value}}
 FIELDS = ("type", "min_iter", "max_iter", "s", "eta", "strict")
@@ -124,7 +125,7 @@ def sweep_histories(folder: Path, fixed: dict, metric: str) -> dict[str, list[fl
     want = {k: normalize(v) for k, v in fixed.items()}
     out = {}
     for path in sorted(folder.glob("*/results.json")):
-        record = read_record(path.parent)
+        record = load_record(path.parent)[0]  # None: unreadable (being written, or broken): not counted
         config = (record or {}).get("config") or {}
         if record and all(k in config and normalize(config[k]) == v for k, v in want.items()):
             out[path.parent.name] = series(record.get("history") or [], metric)
