@@ -138,3 +138,14 @@ def test_missing_sources_follow_fits_rule(tmp_path):
     configs = [{"method": "grid", "parameters": {"model.init_from": {"values": [str(done), str(no_ckpt)]}}}]
     line = trials.missing_sources(trials.build(configs))
     assert line is not None and "no_ckpt" in line and "done" not in line.split(":", 1)[1].split("make")[0]
+
+
+def test_a_sweep_trial_is_named_by_its_source_not_by_how_the_path_is_spelled(tmp_path, monkeypatch):
+    from vit_lightning.sweep import trials
+
+    monkeypatch.chdir(tmp_path)
+    spellings = ["runs/pos/demo/src-1", str(tmp_path / "runs/pos/demo/src-1"), "runs/pos/../pos/demo/src-1"]
+    names = {trials.make({}, {"model.init_from": text, "data.img_size": 56}).id for text in spellings}
+    assert len(names) == 1  # one trial, whether or not the source exists yet
+    other = trials.make({}, {"model.init_from": "runs/pos/demo/src-2", "data.img_size": 56}).id
+    assert other not in names and names.pop().startswith("ft-")

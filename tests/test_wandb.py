@@ -95,6 +95,7 @@ def agent_run(tmp_path_factory):
             "record": json.loads(path.read_text()), "run_dir": path.parent, "log": log}
 
 
+@pytest.mark.ddp  # agent_run trains its trial with two DDP processes
 def test_agent_trial_logs_what_the_sweep_and_the_tables_need(agent_run):
     record, [path] = agent_run["record"], wandb_agent.offline_runs(agent_run["tmp"])
     run = wandb_agent.read_run(path)  # exactly one run, and it is the agent's
@@ -117,6 +118,7 @@ def test_agent_trial_logs_what_the_sweep_and_the_tables_need(agent_run):
     assert (run.summary["status"], run.summary["trial"], run.exit_code) == ("completed", record["name"], 0)
 
 
+@pytest.mark.ddp  # agent_run trains its trial with two DDP processes
 def test_an_agent_trial_whose_run_dir_has_finished_reports_that_record_to_its_run(agent_run, tmp_path):
     import shutil
 
@@ -132,6 +134,7 @@ def test_an_agent_trial_whose_run_dir_has_finished_reports_that_record_to_its_ru
     assert run.summary["status"] == "completed" and run.summary["trial"] == record["name"]
 
 
+@pytest.mark.ddp  # agent_run trains its trial with two DDP processes
 def test_an_agent_trial_has_the_name_the_local_runner_gives_it(agent_run):
     """Named by its sweep parameters and its world size: the local backend finds (and resumes) the same run."""
     [trial] = trials.build([agent_run["sweep"]], gpus=0)
@@ -139,6 +142,7 @@ def test_an_agent_trial_has_the_name_the_local_runner_gives_it(agent_run):
     assert "-w2-" in trial.id and trial.id == run_name(agent_run["params"], 2)
 
 
+@pytest.mark.ddp  # agent_run trains its trial with two DDP processes
 def test_the_agent_environment_is_what_makes_the_trial_start(agent_run, tmp_path):
     """Without the venv on PATH the command is not found; with SLURM's task layout devices=2 is one line."""
     sweep, params = agent_run["sweep"], agent_run["params"]
@@ -149,6 +153,7 @@ def test_the_agent_environment_is_what_makes_the_trial_start(agent_run, tmp_path
     assert code == 2 and "error: SLURM started 1 task(s) but trainer.devices=2" in log and "Traceback" not in log
 
 
+@pytest.mark.ddp  # agent_run trains its trial with two DDP processes
 def test_table_from_wandb_runs_equals_the_table_from_local_records(agent_run, tmp_path, capsys):
     api = wandb_agent.FakeApi([wandb_agent.read_run(p) for p in wandb_agent.offline_runs(agent_run["tmp"])])
     runs, ablations = agent_run["tmp"] / "runs", str(agent_run["ablations"])

@@ -144,7 +144,7 @@ def check_args(args) -> None:
         except RunDirError as error:
             raise ValueError(f"--into-record: {error}") from None
         if found is None:
-            raise ValueError(f"--into-record: no run record {directory / RECORD}; give a run dir or its checkpoint")
+            raise ValueError(f"--into-record: cannot read the run record {directory / RECORD}: there is none")
         check_writable(directory / RECORD, "--into-record")
 
 

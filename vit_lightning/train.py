@@ -121,7 +121,7 @@ class FitCLI(LightningCLI):
             # ad hoc: a source by its canonical id, so every spelling of its path names one run
             own = {**config, "model.init_from": self.source.id} if self.source else config
             if params := loggers.sweep_params():
-                config[TRIAL_KEY] = trial_name(params, world)
+                config[TRIAL_KEY] = trial_name(transfer.named_by_source(params), world)
             else:  # ad hoc: only values away from the parser's defaults are hashed, so new options rename nothing
                 defaults = flatten({k: v for k, v in self.parser.get_defaults().as_dict().items() if k != "config"})
                 config[TRIAL_KEY] = trial_name(own, world, defaults)

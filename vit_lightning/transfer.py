@@ -50,6 +50,15 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def named_by_source(params: dict) -> dict:
+    """A sweep trial's parameters as its name hashes them: a run-directory source by its trial id (the directory's
+    name), so `runs/x`, `/abs/runs/x` and `runs/../runs/x` name one trial, before the source even exists."""
+    text = params.get("model.init_from")
+    if not text or source_kind(str(text)) != "run":
+        return params
+    return {**params, "model.init_from": f"trial:{Path(str(text)).resolve().name}"}
+
+
 def source_kind(text: str) -> str:
     """timm (`timm:...`), checkpoint (a file, or a path ending in .ckpt) or run (a run directory)."""
     path = Path(text)

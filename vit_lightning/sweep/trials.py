@@ -99,7 +99,12 @@ def early_env(config: dict) -> tuple[tuple[str, str], ...]:
 
 def make(config: dict, params: dict[str, Any], gpus: int = 0) -> Trial:
     """One trial of a sweep config, handed its id as `--run.trial`."""
-    given = {**params, TRIAL_KEY: trial_name(params, world_size(params, gpus))}
+    named = params
+    if params.get(SOURCE_KEY):  # one name for every spelling of the source's path
+        from vit_lightning.transfer import named_by_source  # torch: only for sweeps that name a source
+
+        named = named_by_source(params)
+    given = {**params, TRIAL_KEY: trial_name(named, world_size(params, gpus))}
     return Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)),
                  early_env(config))
 
