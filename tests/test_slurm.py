@@ -1,7 +1,6 @@
 """The cluster path on a real one-node SLURM scheduler (tests/slurm_cluster.py): jobs submitted with sbatch,
 their ranks signalled as SLURM signals them, their outcome read back from scontrol and the job completion log."""
 
-import csv
 import json
 import os
 import signal
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from slurm_cluster import Cluster, unavailable
-from tiny import TINY_MODEL
+from tiny import TINY_MODEL, steps_logged
 
 pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]  # one cluster: every slurm test on one worker
 
@@ -42,15 +41,6 @@ def job_script(path: Path, options: list[str], body: str) -> Path:
 def only_run_dir(root: Path) -> Path:
     [record] = root.glob("*/*/*/results.json")
     return record.parent
-
-
-def steps_logged(run_dir: Path) -> list[int]:
-    """The training steps metrics.csv holds a train/loss_step row for, in file order."""
-    path = run_dir / "metrics.csv"
-    if not path.is_file():
-        return []
-    with path.open(newline="") as file:
-        return [int(row["step"]) for row in csv.DictReader(file) if row.get("train/loss_step")]
 
 
 def task_pids(job_id: str) -> dict[int, int]:

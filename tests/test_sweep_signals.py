@@ -3,7 +3,6 @@ process at once), the sweep killed outright, a trial worker killed; nothing trai
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny import steps_logged
 
 from vit_lightning.sweep import local
 from vit_lightning.sweep.supervise import descendants
@@ -53,15 +53,6 @@ def start_sweep(path: Path, log: Path, **env: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "vit_lightning.cli", "sweep", str(path), "--backend", "local"]
     return subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, stdout=log.open("ab"),
                             stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def steps_logged(run_dir: Path) -> list[int]:
-    """The training steps metrics.csv holds a train/loss_step row for, in file order."""
-    path = run_dir / "metrics.csv"
-    if not path.is_file():
-        return []
-    with path.open(newline="") as file:
-        return [int(row["step"]) for row in csv.DictReader(file) if row.get("train/loss_step")]
 
 
 def run_dirs(tmp_path: Path) -> list[Path]:
