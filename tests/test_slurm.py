@@ -255,6 +255,7 @@ class SlowFirstAttempt(Callback):
 '''
 
 
+@pytest.mark.timeout(900)  # a 4-minute time limit, then the requeued job: about 3 minutes on 2 idle cores
 def test_a_printed_script_at_its_time_limit_requeues_itself_and_completes(cluster, tmp_path, monkeypatch, capsys):
     """The printed script as submitted with a short time limit (the one line a user edits): SIGUSR1 to the script
     120 s before the limit stops the sweep with a checkpoint, the job requeues itself, and the requeued job
