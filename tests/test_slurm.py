@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from slurm_cluster import Cluster, unavailable
-from tiny import TINY_MODEL, steps_logged
+from tiny import TINY_MODEL, steps_logged, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]  # one cluster: every slurm test on one worker
 
@@ -55,15 +55,6 @@ def task_pids(job_id: str) -> dict[int, int]:
         if env.get("SLURM_JOB_ID") == job_id and "SLURM_STEP_ID" in env and "fit" in cmd and "python" in cmd:
             found[int(env["SLURM_PROCID"])] = int(proc.name)
     return found
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(what)
 
 
 def test_requeue_signal_a_second_apart_checkpoints_requeues_and_resumes_mid_epoch(cluster, tmp_path):

@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from tiny import steps_logged
+from tiny import steps_logged, wait_for
 
 from vit_lightning.sweep import local
 from vit_lightning.sweep.supervise import descendants
@@ -61,15 +60,6 @@ def run_dirs(tmp_path: Path) -> list[Path]:
 
 def state(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "runs" / "sig" / "demo" / local.STATE).read_text())["trials"]
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.1)
-    raise TimeoutError(what)
 
 
 def training(tmp_path: Path, steps: int = 3) -> Path | None:

@@ -1,7 +1,8 @@
 """The smallest ViT that trains, for every test that runs `vit-ablate fit` (each test names its own budget), and
-how a test reads the steps a run trained."""
+how a test reads the steps a run trained and waits for what a process does."""
 
 import csv
+import time
 from pathlib import Path
 
 TINY_MODEL = ["--model.width=32", "--model.depth=1", "--model.heads=2", "--model.mlp_dim=64", "--data.batch_size=16",
@@ -15,3 +16,13 @@ def steps_logged(run_dir: Path) -> list[int]:
         return []
     with path.open(newline="") as file:
         return [int(row["step"]) for row in csv.DictReader(file) if row.get("train/loss_step")]
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.1):
+    """condition()'s first truthy value, polled every `poll` seconds; TimeoutError(what) after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(poll)
+    raise TimeoutError(what)
