@@ -124,9 +124,13 @@ class FitCLI(LightningCLI):
                 config[TRIAL_KEY] = trial_name(transfer.named_by_source(params), world)
             else:  # ad hoc: only values away from the parser's defaults are hashed, so new options rename nothing
                 defaults = flatten({k: v for k, v in self.parser.get_defaults().as_dict().items() if k != "config"})
+                defaults.update({f"model.{k}": FAMILIES[built.arch].defaults[k] for k in FAMILY_DEFAULT_SINCE})
                 config[TRIAL_KEY] = trial_name(own, world, defaults)
                 # the earlier rule (every value hashed), over the options that version had
-                self.earlier_name = trial_name({k: v for k, v in own.items() if k not in ADDED_SINCE_EARLIER}, world)
+                earlier = {k: v for k, v in own.items() if k not in ADDED_SINCE_EARLIER}
+                if own["model.init"] == FAMILIES[built.arch].defaults["init"]:
+                    earlier["model.init"] = "paper"  # every family's recorded init then, whatever it used
+                self.earlier_name = trial_name(earlier, world)
         self.run_dir = directory = run_dir(config)
         self.flat = config
         shots = config["run.fewshot_shots"]
@@ -252,6 +256,9 @@ def _say(line: str) -> None:
 
 
 # fit options added after the earlier naming rule: left out of the name that rule would have given
+# options that had one default for every family when runs were first named, and a family's own default since: at
+# the family's default they are not hashed, so no earlier run is renamed
+FAMILY_DEFAULT_SINCE = ("init",)
 ADDED_SINCE_EARLIER = ("model.layer_scale", "model.reg_tokens", "model.qk_norm", "model.pos_embed_class")
 
 
