@@ -60,6 +60,13 @@ class ViTConfig:
         qk_norm: LayerNorm of every head's queries and keys before their dot product (ViT-22B; timm's qk_norm).
         pos_embed_class: true: the learned_1d table has a row for the [class] token (the paper); false: only the
             patches have one (DeiT-III, timm's no_embed_class); vit only.
+        rope_theta: RoPE's base frequency theta (pair k of the hd/4 per axis turns at theta^(-k/(hd/4)) radians per
+            coordinate unit); None: NAVER's, 100 for rope_axial, 10 for rope_mixed (its start); RoPE encodings only.
+        rope_coords: the (x, y) a patch gets, which decides what a larger grid means: patch (column and row index:
+            a larger grid extrapolates to new positions; NAVER's RoPE-ViT and timm's naver_in1k models), ref_grid
+            (indices rescaled to span the grid the model was built for: a larger grid interpolates; EVA-02, timm's
+            ref_feat_shape), normalized (patch centres in [-1, 1] on either axis, turned by 2 pi per unit:
+            interpolates; DINOv3); RoPE encodings only.
     """
 
     arch: str = DEFAULT_ARCH
@@ -90,6 +97,8 @@ class ViTConfig:
     reg_tokens: int = 0
     qk_norm: bool = False
     pos_embed_class: bool = True
+    rope_theta: float | None = None
+    rope_coords: str = "patch"
 
     def __post_init__(self):
         check_choice("arch", self.arch, FAMILIES)
