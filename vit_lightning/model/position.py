@@ -59,6 +59,11 @@ class Encoding(nn.Module):
     prefix_rows: bool = False  # whether the table has rows of its own for prefix tokens (else they get zeros)
     injections: tuple[str, ...]
 
+    @classmethod
+    def resample_note(cls, mode: str, options: dict) -> str | None:
+        """What a resize does to this encoding, for a transfer's record (None: nothing worth saying beyond `mode`)."""
+        return None
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         allowed = getattr(cls, "injections", None)
@@ -319,6 +324,11 @@ class Rope(Encoding):
     def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
         """Nothing to resample: the coordinate convention says where the new grid's patches are."""
         self._set_grid(grid)
+
+    @classmethod
+    def resample_note(cls, mode: str, options: dict) -> str:
+        table = f"learned_1d: table {mode}-interpolated; " if cls.table is Learned1d else ""
+        return f"{table}rope: coordinates {options.get('rope_coords') or 'patch'}, nothing resampled"
 
 
 class RopeMixed(Rope):
