@@ -108,7 +108,7 @@ class ViTConfig:
         if error := unread_error(self):
             raise ValueError(error)
         check_choice("variant", self.variant, family.variants)
-        check_choice("pos_encoding", self.pos_encoding, family.encodings)
+        self._check_encoding(family)
         check_choice("head", self.head, HEADS)
         self.hybrid_layers = tuple(self.hybrid_layers)
         if isinstance(self.img_size, (list, tuple)):
@@ -118,6 +118,14 @@ class ViTConfig:
         rates = {"dropout": self.dropout, "attn_dropout": self.attn_dropout, "drop_path": self.drop_path}
         if not all(0.0 <= r < 1.0 for r in rates.values()):
             raise ValueError(f"dropout, attn_dropout and drop_path must be in [0, 1), got {rates}")
+
+    def _check_encoding(self, family) -> None:
+        """A known pos_encoding of another family only is refused naming the families that take it."""
+        others = [f.name for f in FAMILIES.values() if self.pos_encoding in f.encodings]
+        if self.pos_encoding not in family.encodings and others:
+            raise ValueError(f"pos_encoding={self.pos_encoding!r} applies to arch={', '.join(others)} only, not "
+                             f"arch={self.arch} (see README); choose from: {', '.join(family.encodings)}")
+        check_choice("pos_encoding", self.pos_encoding, family.encodings)
 
     def _check_since_paper(self) -> None:
         """layer_scale and reg_tokens values (where they apply: the families' `reads` and checks)."""
