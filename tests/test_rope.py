@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -218,3 +219,38 @@ def test_every_rope_encoding_is_rotary_and_declares_its_injections():
     for name in ROPES:
         assert ENCODINGS[name].rotary and ENCODINGS[name].injections == ("stem",)
     assert not any(ENCODINGS[n].rotary for n in ENCODINGS if n not in ROPES and "rope" not in n)
+
+
+# ---- figures -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("encoding", ["rope_axial", "learned_1d+rope_mixed"])
+def test_rope_figures_and_the_ones_that_do_not_apply(encoding, tmp_path):
+    from vit_lightning.viz import analysis
+    from vit_lightning.viz.rope import offset_logits
+    from vit_lightning.viz.run import Run, compute, draw
+
+    torch.manual_seed(0)
+    vit = ViT(**{**SMALL, "img_size": (21, 28)}, pos_encoding=encoding, reg_tokens=1).double().eval()  # 3 x 4 grid
+    images = torch.randn(3, 1, 21, 28, dtype=torch.float64)
+    numbers = compute(Run(vit, images, None, tmp_path))
+    maps = vit.attention_maps(images)
+    assert np.allclose(numbers.distance, analysis.mean_attention_distance(maps, (3, 4), 7.0, 2).numpy())
+    # the mean logit at offset (query - key) = (1, -2), by a loop over the patch pairs at that offset
+    inputs = []
+    hook = vit.blocks[1].attn.register_forward_pre_hook(lambda _m, args: inputs.append(args[0]))
+    vit(images)
+    hook.remove()
+    attn = vit.blocks[1].attn
+    q, k, _ = attn.qkv(inputs[0]).view(3, 14, 3, 2, 16).permute(2, 0, 3, 1, 4)
+    q, k = vit.pos.rotations[1].rotate(q, k)
+    pairs = [(i, j) for i in range(12) for j in range(12) if (i // 4 - j // 4, i % 4 - j % 4) == (1, -2)]
+    want = np.mean([(q[:, 1, 2 + i] * k[:, 1, 2 + j]).sum(-1).mean().item() / 4 for i, j in pairs])
+    assert offset_logits(vit, images, (3, 4))[1, 1, 1 + 2, -2 + 3] == pytest.approx(want)
+    names = {p.name for p in draw(numbers, tmp_path)}
+    assert {"rope_offsets.png", "rope_offsets.csv", "attention_distance.png", "rollout.png"} <= names
+    if encoding == "rope_axial":
+        assert "no similarity to draw" in (tmp_path / "pos_similarity.txt").read_text()
+        assert "fixed" in (tmp_path / "rope_frequencies.txt").read_text()
+    else:
+        assert {"pos_similarity.png", "rope_frequencies.png"} <= names  # the ape table and the learned frequencies
+        assert len((tmp_path / "rope_frequencies.csv").read_text().splitlines()) == 1 + 2 * 2 * 8  # layers x heads x pairs
