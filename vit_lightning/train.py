@@ -253,7 +253,8 @@ def _say(line: str) -> None:
 
 
 # fit options added after the earlier naming rule: left out of the name that rule would have given
-ADDED_SINCE_EARLIER = ("model.layer_scale", "model.reg_tokens", "model.qk_norm", "model.pos_embed_class")
+ADDED_SINCE_EARLIER = ("model.layer_scale", "model.reg_tokens", "model.qk_norm", "model.pos_embed_class", "model.rope_theta",
+                       "model.rope_coords")
 
 
 def _warn(line: str) -> None:

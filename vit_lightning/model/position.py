@@ -295,21 +295,26 @@ class Rope(Encoding):
             raise ValueError(f"unknown rope_coords={rope_coords!r}; choose from: {', '.join(rope.COORDS)}")
         self.num_prefix, self.coords = num_prefix, rope_coords
         self.theta = rope.DEFAULT_THETA[self.kind] if rope_theta is None else float(rope_theta)
-        self.register_buffer("ref", torch.tensor(grid), persistent=True)  # (2,) int64: the grid it was built for
+        self.ref_grid = tuple(grid)
+        self.register_buffer("ref", torch.tensor(grid), persistent=True)  # (2,) int64: ref_grid, saved with the weights
+        self.register_load_state_dict_post_hook(Rope.after_load)
         self.init_frequencies(heads, head_dim)
-        self._set_grid(grid)
+        self.set_grid(grid)
 
     def init_frequencies(self, heads: int, head_dim: int) -> None:
         self.register_buffer("freqs", rope.axial_frequencies(head_dim, self.theta).float(), persistent=False)  # (2, hd/2)
 
-    def _set_grid(self, grid: tuple[int, int]) -> None:
+    def set_grid(self, grid: tuple[int, int]) -> None:
         self.grid = tuple(grid)
-        xy = rope.coordinates(self.grid, tuple(self.ref.tolist()), self.coords) * rope.coordinate_scale(self.coords)
+        xy = rope.coordinates(self.grid, self.ref_grid, self.coords) * rope.coordinate_scale(self.coords)
         self.register_buffer("xy", xy.float(), persistent=False)  # (N, 2)
 
-    def _load_from_state_dict(self, *args, **kwargs):
-        super()._load_from_state_dict(*args, **kwargs)
-        self._set_grid(self.grid)  # a loaded `ref` moves ref_grid coordinates
+    @staticmethod
+    def after_load(module: Rope, _keys) -> None:
+        """A loaded `ref` (the source's training grid) moves ref_grid coordinates."""
+        if not module.ref.is_meta:
+            module.ref_grid = tuple(module.ref.tolist())
+            module.set_grid(module.grid)
 
     def angles(self) -> torch.Tensor:
         """(1|h, N, hd/2) the angle of every patch's channel pairs."""
@@ -323,7 +328,7 @@ class Rope(Encoding):
 
     def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
         """Nothing to resample: the coordinate convention says where the new grid's patches are."""
-        self._set_grid(grid)
+        self.set_grid(grid)
 
     @classmethod
     def resample_note(cls, mode: str, options: dict) -> str:
