@@ -254,3 +254,28 @@ def test_rope_figures_and_the_ones_that_do_not_apply(encoding, tmp_path):
     else:
         assert {"pos_similarity.png", "rope_frequencies.png"} <= names  # the ape table and the learned frequencies
         assert len((tmp_path / "rope_frequencies.csv").read_text().splitlines()) == 1 + 2 * 2 * 8  # layers x heads x pairs
+
+
+# ---- end to end: a RoPE run evaluated and fine-tuned at another size -------------------------------
+
+@pytest.mark.slow
+def test_a_rope_run_is_evaluated_and_fine_tuned_at_another_size_and_the_records_say_what_was_done(tmp_path):
+    import json
+
+    from tiny import TINY_MODEL
+
+    from vit_lightning import cli, train
+
+    tiny = [*TINY_MODEL, "--trainer.max_epochs=1", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
+            "--run.wandb=off", "--run.fewshot_shots=[]", f"--run.root={tmp_path}"]
+    src = ["--model.pos_encoding=learned_1d+rope_mixed", "--model.rope_coords=ref_grid", "--run.trial=src"]
+    assert train.main([*tiny, *src]) == 0
+    run = tmp_path / "adhoc/local/src"
+    assert cli.main(["eval", str(run), "--data.img_size=56", "--shots"]) == 0
+    said = "learned_1d: table bicubic-interpolated; rope: coordinates ref_grid, nothing resampled"
+    assert json.loads((run / "eval-mnist5k-56px.json").read_text())["source"]["pos_resample"] == said
+    assert train.main([*tiny, f"--model.init_from={run}", "--data.img_size=56"]) == 0
+    [record] = tmp_path.glob("adhoc/local/ft-*/results.json")
+    record = json.loads(record.read_text())
+    assert record["init_from"]["pos_resample"] == said and record["status"] == "completed"
+    assert record["config"]["model.rope_coords"] == "ref_grid"  # from the source
