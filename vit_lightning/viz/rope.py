@@ -84,7 +84,7 @@ def _frequency_figure(path: Path, freqs: np.ndarray, title: str) -> Path:
     layers, heads = freqs.shape[0], freqs.shape[2]
     lim = float(np.abs(freqs).max()) * 1.1 or 1.0
     with matplotlib.style.context("default"), rc_context(STYLE):
-        fig = Figure(figsize=(2.4 * layers + 0.6, 2.8), layout="constrained")
+        fig = Figure(figsize=(2.4 * layers + 1.2, 2.8), layout="constrained")
         for layer, ax in enumerate(np.atleast_1d(fig.subplots(1, layers, squeeze=False)[0])):
             for head in range(heads):
                 ax.scatter(freqs[layer, 0, head], freqs[layer, 1, head], s=10, marker=MARKERS[head % len(MARKERS)],
@@ -92,6 +92,6 @@ def _frequency_figure(path: Path, freqs: np.ndarray, title: str) -> Path:
             ax.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", title=f"layer {layer + 1}", xlabel="fx")
             ax.tick_params(labelsize=7)
         fig.axes[0].set_ylabel("fy")
-        fig.axes[-1].legend(fontsize=6, loc="upper right")
+        fig.legend(*fig.axes[0].get_legend_handles_labels(), fontsize=7, loc="outside right upper")
         fig.suptitle(title, fontsize=9)
         return save_png(fig, path)
