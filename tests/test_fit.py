@@ -15,7 +15,10 @@ TINY = [*TINY_MODEL, "--trainer.max_epochs=1", "--trainer.limit_train_batches=1"
 
 OPTIONS = {
     **{f"pos-{p}": [f"--model.pos_encoding={p}"]
-       for p in ("none", "learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d")},
+       for p in ("none", "learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d", "rope_axial",
+                 "rope_mixed", "learned_1d+rope_axial", "learned_1d+rope_mixed")},
+    "rope-options": ["--model.pos_encoding=rope_mixed", "--model.rope_theta=100.0", "--model.rope_coords=normalized",
+                     "--model.reg_tokens=1"],
     **{f"inject-{p}-{i}": [f"--model.pos_encoding={p}", f"--model.pos_injection={i}"]
        for p, i in [("learned_1d", "every_layer"), ("learned_1d", "every_layer_shared"),
                     ("learned_2d", "every_layer"), ("learned_2d", "every_layer_shared"),
@@ -115,6 +118,8 @@ BAD = {
     "disallowed": (["--model.pos_encoding=relative_1d", "--model.pos_injection=every_layer"], "pos_injection"),
     "shape": (["--model.patch_size=5"], "patch_size"),
     "heads": (["--model.heads=3"], "heads"),
+    "rope-theta": (["--model.pos_encoding=rope_axial", "--model.rope_theta=0"], "rope_theta"),
+    "rope-alone": (["--model.rope_coords=ref_grid"], "rope_coords"),
     "data": (["--data.name=nope"], "data.name"),
     "optimizer": (["--model.optimizer=adam"], "optimizer"),
     "schedule": (["--model.schedule=step"], "schedule"),

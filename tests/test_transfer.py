@@ -136,7 +136,7 @@ def test_a_timm_vit_from_a_local_file_gives_timm_logits_also_at_a_new_resolution
 
 TINY = [*TINY_MODEL, "--data.batch_size=32", "--trainer.max_epochs=1", "--trainer.limit_val_batches=8",
         "--run.wandb=off", "--run.fewshot_shots=[]"]
-ENCODINGS = ["none", "learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d"]
+ENCODINGS = ["none", "learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d", "rope_mixed"]
 
 
 def fit(root, *argv) -> int:

@@ -41,7 +41,8 @@ def test_trials_name_the_source_sweeps_runs_by_trial_id():
         have = [t["model.init_from"] for t in tuned]
         assert sorted(have) == sorted(want)  # every source run once, under runs/pos_encoding/<profile>/<its id>
         for trial in tuned:  # each transfer trial keeps its source's cell
-            assert f"-{trial['model.pos_encoding']}-{trial['model.pos_injection']}-" in trial["model.init_from"]
+            cell = f"-{trial['model.pos_encoding']}-{trial['model.pos_injection']}-".replace("+", "_")  # names: no '+'
+            assert cell in trial["model.init_from"]
         assert len(ablation.table_profile(name).cells()) == len(source.cells(name))
     demo = ablation.profile("demo").fixed
     assert demo["data.img_size"] == 56 and demo["model.patch_size"] == 7  # 4x4 -> 8x8 patches

@@ -137,7 +137,8 @@ class FitCLI(LightningCLI):
         facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
         divergence, self.stop = DivergenceStop(), StopSignal()
         self.run_record = RunRecord(directory, config, facts, divergence)
-        self.run_record.init_from = transfer.account(self.source, config["model.patch_size"]) if self.source else None
+        self.run_record.init_from = (transfer.account(self.source, config["model.patch_size"], config["model.img_size"],
+                                                  config["model.pos_resample"]) if self.source else None)
         # the local sweep backend's hyperband rule (hyperband.ENV), judged after the record has this epoch
         self.run_record.early = HyperbandStop.from_env(directory, lambda: self.run_record.history)
         tty = sys.stdout.isatty()
@@ -256,10 +257,11 @@ def _say(line: str) -> None:
 
 
 # fit options added after the earlier naming rule: left out of the name that rule would have given
+ADDED_SINCE_EARLIER = ("model.layer_scale", "model.reg_tokens", "model.qk_norm", "model.pos_embed_class", "model.rope_theta",
+                       "model.rope_coords")
 # options that had one default for every family when runs were first named, and a family's own default since: at
 # the family's default they are not hashed, so no earlier run is renamed
 FAMILY_DEFAULT_SINCE = ("init",)
-ADDED_SINCE_EARLIER = ("model.layer_scale", "model.reg_tokens", "model.qk_norm", "model.pos_embed_class")
 
 
 def _warn(line: str) -> None:

@@ -60,6 +60,13 @@ class ViTConfig:
         qk_norm: LayerNorm of every head's queries and keys before their dot product (ViT-22B; timm's qk_norm).
         pos_embed_class: true: the learned_1d table has a row for the [class] token (the paper); false: only the
             patches have one (DeiT-III, timm's no_embed_class); vit only.
+        rope_theta: RoPE's base frequency theta (pair k of the hd/4 per axis turns at theta^(-k/(hd/4)) radians per
+            coordinate unit); None: NAVER's, 100 for rope_axial, 10 for rope_mixed (its start); RoPE encodings only.
+        rope_coords: the (x, y) a patch gets, which decides what a larger grid means: patch (column and row index:
+            a larger grid extrapolates to new positions; NAVER's RoPE-ViT and timm's naver_in1k models), ref_grid
+            (indices rescaled to span the grid the model was built for: a larger grid interpolates; EVA-02, timm's
+            ref_feat_shape), normalized (patch centres in [-1, 1] on either axis, turned by 2 pi per unit:
+            interpolates; DINOv3); RoPE encodings only.
     """
 
     arch: str = DEFAULT_ARCH
@@ -90,6 +97,8 @@ class ViTConfig:
     reg_tokens: int = 0
     qk_norm: bool = False
     pos_embed_class: bool = True
+    rope_theta: float | None = None
+    rope_coords: str = "patch"
 
     def __post_init__(self):
         check_choice("arch", self.arch, FAMILIES)
@@ -99,7 +108,7 @@ class ViTConfig:
         if error := unread_error(self):
             raise ValueError(error)
         check_choice("variant", self.variant, family.variants)
-        check_choice("pos_encoding", self.pos_encoding, family.encodings)
+        self._check_encoding(family)
         check_choice("head", self.head, HEADS)
         self.hybrid_layers = tuple(self.hybrid_layers)
         if isinstance(self.img_size, (list, tuple)):
@@ -109,6 +118,14 @@ class ViTConfig:
         rates = {"dropout": self.dropout, "attn_dropout": self.attn_dropout, "drop_path": self.drop_path}
         if not all(0.0 <= r < 1.0 for r in rates.values()):
             raise ValueError(f"dropout, attn_dropout and drop_path must be in [0, 1), got {rates}")
+
+    def _check_encoding(self, family) -> None:
+        """A known pos_encoding of another family only is refused naming the families that take it."""
+        others = [f.name for f in FAMILIES.values() if self.pos_encoding in f.encodings]
+        if self.pos_encoding not in family.encodings and others:
+            raise ValueError(f"pos_encoding={self.pos_encoding!r} applies to arch={', '.join(others)} only, not "
+                             f"arch={self.arch} (see README); choose from: {', '.join(family.encodings)}")
+        check_choice("pos_encoding", self.pos_encoding, family.encodings)
 
     def _check_since_paper(self) -> None:
         """layer_scale and reg_tokens values (where they apply: the families' `reads` and checks)."""

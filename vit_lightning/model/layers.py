@@ -19,7 +19,8 @@ INITS = ("paper", "timm")
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention through scaled_dot_product_attention, with an optional logits bias.
+    """Multi-head self-attention through scaled_dot_product_attention, with an optional logits bias and an
+    optional rotation of queries and keys (`rotary.rotate(q, k)`, RoPE) after the qk-norm.
 
     Set `keep_probs = True` to compute the softmax explicitly and keep it in `probs` for analysis;
     the outputs are the same numbers as the fused path.
@@ -43,10 +44,12 @@ class Attention(nn.Module):
         nn.init.zeros_(self.qkv.bias)
         nn.init.zeros_(self.proj.bias)
 
-    def forward(self, x: torch.Tensor, relative: nn.Module | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, relative: nn.Module | None = None, rotary: nn.Module | None = None) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)  # (B, h, T, hd)
         q, k = self.q_norm(q), self.k_norm(k)  # identities unless qk_norm
+        if rotary is not None:
+            q, k = rotary.rotate(q, k)
         bias = relative(q) if relative is not None else None  # (B|1, h, T, T) or None
         if self.keep_probs:
             logits = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
@@ -146,8 +149,8 @@ class Block(nn.Module):
             self.attn.init_paper()
             self.mlp.init_paper()
 
-    def forward(self, x: torch.Tensor, relative: nn.Module | None = None) -> torch.Tensor:
-        x = x + self.drop_path(self.ls1(self.attn(self.norm1(x), relative)))
+    def forward(self, x: torch.Tensor, relative: nn.Module | None = None, rotary: nn.Module | None = None) -> torch.Tensor:
+        x = x + self.drop_path(self.ls1(self.attn(self.norm1(x), relative, rotary)))
         return x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
 
 

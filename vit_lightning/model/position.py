@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vit_lightning.model import rope
+
 
 def _interp_1d(table: torch.Tensor, size: int, mode: str = "bicubic") -> torch.Tensor:
     """Resample a (L, C) table to (size, C): linear (for bicubic and bilinear: one axis) or nearest."""
@@ -45,12 +47,22 @@ class Encoding(nn.Module):
     """Base of the position encodings; a subclass must declare `injections`, its allowed subset of INJECTIONS.
 
     Absolute encodings implement `embedding() -> (T, D) | None`; relative ones set `relative = True`
-    and map (B, h, T, hd) queries to (B|1, h, T, T) logits in `forward`.
+    and map (B, h, T, hd) queries to (B|1, h, T, T) logits in `forward`; rotary ones set `rotary = True`
+    and turn (B, h, T, hd) queries and keys in `rotate(q, k)` (one copy per block, like relative ones), with
+    `table` the absolute encoding added at the stem beside them (NoEncoding: none). `reads` names the
+    ViTConfig options the encoding takes as keywords besides the common four.
     """
 
     relative: bool = False
+    rotary: bool = False
+    reads: tuple[str, ...] = ()
     prefix_rows: bool = False  # whether the table has rows of its own for prefix tokens (else they get zeros)
     injections: tuple[str, ...]
+
+    @classmethod
+    def resample_note(cls, mode: str, options: dict) -> str | None:
+        """What a resize does to this encoding, for a transfer's record (None: nothing worth saying beyond `mode`)."""
+        return None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -263,6 +275,88 @@ class RelativeBias2d(Encoding):
         self._set_grid(grid)
 
 
+class Rope(Encoding):
+    """2-D RoPE (see model/rope.py): queries and keys of the patch tokens turned by their (x, y) position.
+
+    `ref` is the grid the coordinates were set for (the training grid): a persistent buffer, so a model
+    resized or built at another size by loading these weights keeps it (`ref_grid` coordinates read it).
+    """
+
+    rotary, injections, reads = True, ("stem",), ("rope_theta", "rope_coords")  # acts inside every block already
+    table: type[Encoding] = NoEncoding
+    kind = "axial"
+
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int, rope_theta: float | None = None,
+                 rope_coords: str = "patch"):
+        super().__init__()
+        head_dim = dim // heads
+        rope.check_head_dim(head_dim)
+        if rope_coords not in rope.COORDS:
+            raise ValueError(f"unknown rope_coords={rope_coords!r}; choose from: {', '.join(rope.COORDS)}")
+        self.num_prefix, self.coords = num_prefix, rope_coords
+        self.theta = rope.DEFAULT_THETA[self.kind] if rope_theta is None else float(rope_theta)
+        self.ref_grid = tuple(grid)
+        self.register_buffer("ref", torch.tensor(grid), persistent=True)  # (2,) int64: ref_grid, saved with the weights
+        self.register_load_state_dict_post_hook(Rope.after_load)
+        self.init_frequencies(heads, head_dim)
+        self.set_grid(grid)
+
+    def init_frequencies(self, heads: int, head_dim: int) -> None:
+        self.register_buffer("freqs", rope.axial_frequencies(head_dim, self.theta).float(), persistent=False)  # (2, hd/2)
+
+    def set_grid(self, grid: tuple[int, int]) -> None:
+        self.grid = tuple(grid)
+        xy = rope.coordinates(self.grid, self.ref_grid, self.coords) * rope.coordinate_scale(self.coords)
+        self.register_buffer("xy", xy.float(), persistent=False)  # (N, 2)
+
+    @staticmethod
+    def after_load(module: Rope, _keys) -> None:
+        """A loaded `ref` (the source's training grid) moves ref_grid coordinates."""
+        if not module.ref.is_meta:
+            module.ref_grid = tuple(module.ref.tolist())
+            module.set_grid(module.grid)
+
+    def angles(self) -> torch.Tensor:
+        """(1|h, N, hd/2) the angle of every patch's channel pairs."""
+        theta = rope.angles(self.xy, self.freqs)
+        return theta if theta.ndim == 3 else theta[None]
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, h, T, hd) queries and keys, the patch tokens' turned by their positions (prefix tokens untouched)."""
+        theta = self.angles()
+        return rope.rotate(q, theta, self.num_prefix), rope.rotate(k, theta, self.num_prefix)
+
+    def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
+        """Nothing to resample: the coordinate convention says where the new grid's patches are."""
+        self.set_grid(grid)
+
+    @classmethod
+    def resample_note(cls, mode: str, options: dict) -> str:
+        table = f"learned_1d: table {mode}-interpolated; " if cls.table is Learned1d else ""
+        return f"{table}rope: coordinates {options.get('rope_coords') or 'patch'}, nothing resampled"
+
+
+class RopeMixed(Rope):
+    """Mixed RoPE: learned 2-D frequencies per head (one copy per block), started as NAVER does."""
+
+    kind = "mixed"
+
+    def init_frequencies(self, heads: int, head_dim: int) -> None:
+        self.freqs = nn.Parameter(rope.mixed_frequencies(heads, head_dim, self.theta))  # (2, h, hd/2)
+
+
+class Learned1dRopeAxial(Rope):
+    """NAVER's RoPE-axial + APE: a learned_1d table added at the stem, axial RoPE in every block."""
+
+    table, prefix_rows = Learned1d, True
+
+
+class Learned1dRopeMixed(RopeMixed):
+    """NAVER's RoPE-mixed + APE: a learned_1d table added at the stem, mixed RoPE in every block."""
+
+    table, prefix_rows = Learned1d, True
+
+
 ENCODINGS: dict[str, type[Encoding]] = {
     "none": NoEncoding,
     "learned_1d": Learned1d,
@@ -270,6 +364,10 @@ ENCODINGS: dict[str, type[Encoding]] = {
     "sincos_2d": SinCos2d,
     "relative_1d": Relative1d,
     "relative_bias_2d": RelativeBias2d,
+    "rope_axial": Rope,
+    "rope_mixed": RopeMixed,
+    "learned_1d+rope_axial": Learned1dRopeAxial,
+    "learned_1d+rope_mixed": Learned1dRopeMixed,
 }
 
 
@@ -277,11 +375,13 @@ class PositionEncoding(nn.Module):
     """The chosen encoding, injected where asked: at the stem, or at the input of every block.
 
     `num_prefix` tokens precede the patches; the first `positioned` of them (the [class] token, when the
-    table covers it) are an absolute encoding's to place; the rest (registers) get no position.
+    table covers it) are an absolute encoding's to place; the rest (registers) get no position. A rotary
+    encoding has one copy per block in `rotations` and its `table` (if any) in `parts`; `options` holds the
+    ViTConfig values it `reads`.
     """
 
     def __init__(self, name: str, injection: str, dim: int, heads: int, grid, depth: int, num_prefix: int,
-                 positioned: int | None = None):
+                 positioned: int | None = None, options: dict | None = None):
         super().__init__()
         kind = ENCODINGS[name]
         self.relative, self.injection = kind.relative, injection
@@ -289,7 +389,10 @@ class PositionEncoding(nn.Module):
         self.positioned, self.unpositioned = positioned, num_prefix - positioned
         copies = depth if (self.relative or injection == "every_layer") else 1
         prefix = num_prefix if self.relative else positioned  # relative encodings bias every prefix token alike
-        self.parts = nn.ModuleList(kind(dim, heads, grid, prefix) for _ in range(copies))
+        table = kind.table if kind.rotary else kind
+        self.parts = nn.ModuleList(table(dim, heads, grid, prefix) for _ in range(copies))
+        rotations = (kind(dim, heads, grid, num_prefix, **(options or {})) for _ in range(depth if kind.rotary else 0))
+        self.rotations = nn.ModuleList(rotations)  # every prefix token is left unturned
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -311,7 +414,12 @@ class PositionEncoding(nn.Module):
         """The module that turns block `layer`'s queries into logits bias, for relative encodings."""
         return self.parts[layer] if self.relative else None
 
+    def rotation(self, layer: int) -> nn.Module | None:
+        """The module that turns block `layer`'s queries and keys (`rotate(q, k)`), for rotary encodings."""
+        return self.rotations[layer] if len(self.rotations) else None
+
     def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
-        """Each part to the new grid; `mode` interpolates learned tables (relative_1d remaps offsets, sincos recomputes)."""
-        for part in self.parts:
+        """Each part to the new grid; `mode` interpolates learned tables (relative_1d remaps offsets, sincos recomputes,
+        RoPE has nothing to resample: its coordinates follow model.rope_coords)."""
+        for part in (*self.parts, *self.rotations):
             part.resample(grid, mode)

@@ -7,7 +7,7 @@ learned position table (or none) added at the stem, with or without a row for th
 (`no_embed_class`), [class] token / average / attention pooling as listed in `timm_pooling`, layer
 scale (`init_values`), register tokens (`reg_tokens`, without a position), qk-norm, and a linear or
 MLP-tanh head (`head = Sequential(Linear, Tanh, Linear)`; timm 1.x has no `representation_size`).
-Anything else is refused with the reason.
+A timm Eva with NAVER's 2-D RoPE goes to model/timm_eva.py. Anything else is refused with the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from vit_lightning.model.family import family_of
+from vit_lightning.model.timm_eva import eva_options, is_eva, load_timm_eva
 
 # timm name pattern -> our name; the first matching rule wins, a name matching none is unexpected
 _RULES = [
@@ -185,8 +186,10 @@ def load_timm_vit(model, timm_model: nn.Module) -> None:
     """The ViT family's importer: a timm VisionTransformer into our ViT (see load_timm_weights)."""
     from timm.models.vision_transformer import VisionTransformer
 
+    if is_eva(timm_model):
+        return load_timm_eva(model, timm_model)
     if not isinstance(timm_model, VisionTransformer):
-        raise TypeError(f"expected a timm VisionTransformer for a ViT, got {type(timm_model).__name__}")
+        raise TypeError(f"expected a timm VisionTransformer or RoPE Eva for a ViT, got {type(timm_model).__name__}")
     reason = _unsupported(timm_model)
     if reason:
         raise ValueError(f"cannot load this timm model: {reason}")
@@ -249,6 +252,8 @@ def timm_vit_options(vit, variants: dict) -> dict | None:
     """The ViTConfig options that build our twin of a timm VisionTransformer (patch stem only); None: not a ViT."""
     from timm.models.vision_transformer import VisionTransformer
 
+    if is_eva(vit):
+        return eva_options(vit, variants)
     if not isinstance(vit, VisionTransformer):
         return None
     embed, block = vit.patch_embed, vit.blocks[0]

@@ -12,6 +12,7 @@ from vit_lightning.model.family import BackboneParts, Family, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
 from vit_lightning.model.position import ENCODINGS, INJECTIONS, PositionEncoding
+from vit_lightning.model.rope import COORDS, check_head_dim
 from vit_lightning.model.stems import STEMS
 from vit_lightning.model.timm_weights import load_timm_vit, timm_vit_options
 
@@ -24,6 +25,7 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
     "L": (24, 1024, 4096, 16),
     "H": (32, 1280, 5120, 16),
 }
+ROPE_UNUSED = {"rope_theta": None, "rope_coords": "patch"}  # RoPE's options at the values that mean "not set"
 
 
 def check_vit(cfg: ViTConfig) -> None:
@@ -52,11 +54,27 @@ def check_vit(cfg: ViTConfig) -> None:
         if not ENCODINGS[cfg.pos_encoding].prefix_rows:
             raise ValueError(f"pos_embed_class=false: pos_encoding={cfg.pos_encoding!r} gives the [class] token "
                              "no position anyway; only learned_1d has a [class] row to leave out")
+    check_rope(cfg)
     if cfg.stem == "hybrid" and (not cfg.hybrid_layers or min(cfg.hybrid_layers) < 1 or cfg.hybrid_width % 32):
         raise ValueError(
             f"hybrid stem needs hybrid_layers of positive block counts and hybrid_width a multiple of 32, "
             f"got hybrid_layers={list(cfg.hybrid_layers)}, hybrid_width={cfg.hybrid_width}"
         )
+
+
+def check_rope(cfg: ViTConfig) -> None:
+    """RoPE's options: with a rotary encoding only, a positive theta, a known convention, a head width it can split."""
+    kind = ENCODINGS[cfg.pos_encoding]
+    check_choice("rope_coords", cfg.rope_coords, COORDS)
+    if not kind.rotary:
+        given = [f"model.{k}={getattr(cfg, k)!r}" for k, unused in ROPE_UNUSED.items() if getattr(cfg, k) != unused]
+        if given:
+            rotary = ", ".join(k for k, v in ENCODINGS.items() if v.rotary)
+            raise ValueError(f"{', '.join(given)} applies to RoPE only ({rotary}), not pos_encoding={cfg.pos_encoding!r}")
+        return
+    if cfg.rope_theta is not None and not cfg.rope_theta > 0:
+        raise ValueError(f"rope_theta must be a positive base frequency (or None: NAVER's default), got {cfg.rope_theta!r}")
+    check_head_dim(cfg.width // cfg.heads)
 
 
 class ViT(BackboneParts, nn.Module):
@@ -76,8 +94,9 @@ class ViT(BackboneParts, nn.Module):
         self.registers = Registers(cfg.width, cfg.reg_tokens)
         grid = self.stem.grid_for(cfg.img_hw)
         positioned = self.pool.num_prefix if cfg.pos_embed_class else 0  # the [class] token's row in the table
+        options = {name: getattr(cfg, name) for name in ENCODINGS[cfg.pos_encoding].reads}  # e.g. RoPE's theta
         self.pos = PositionEncoding(
-            cfg.pos_encoding, cfg.pos_injection, cfg.width, cfg.heads, grid, cfg.depth, self.num_prefix, positioned
+            cfg.pos_encoding, cfg.pos_injection, cfg.width, cfg.heads, grid, cfg.depth, self.num_prefix, positioned, options
         )
         self.pos_drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
@@ -93,7 +112,7 @@ class ViT(BackboneParts, nn.Module):
         x = self.pool.prepend(self.registers.prepend(self.stem(x)))  # (B, T, D), T = [class] + registers + N
         x = self.pos_drop(self.pos.add(x, 0))
         for i, block in enumerate(self.blocks):
-            x = block(x if i == 0 else self.pos.add(x, i), self.pos.attention_bias(i))
+            x = block(x if i == 0 else self.pos.add(x, i), self.pos.attention_bias(i), self.pos.rotation(i))
         return self.pool(self.registers.drop(x, self.pool.num_prefix))
 
     @property
@@ -144,9 +163,10 @@ VIT = register(Family(
     defaults={"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 16, "init": "paper"},
     # options only the ViT reads, at the value that means "not used"
     reads={"depth": None, "heads": None, "mlp_dim": None, "stem": "patch", "pos_injection": "stem",
-           "hybrid_layers": (3, 4, 9), "hybrid_width": 64, "reg_tokens": 0, "pos_embed_class": True},
+           "hybrid_layers": (3, 4, 9), "hybrid_width": 64, "reg_tokens": 0, "pos_embed_class": True,
+           "rope_theta": None, "rope_coords": "patch"},
     architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
-                  "pos_embed_class"),
+                  "pos_embed_class", "rope_theta", "rope_coords"),
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits
     check=check_vit, viz=None, timm_loader=load_timm_vit, timm_options=partial(timm_vit_options, variants=VARIANTS), transfers=True,
 ))

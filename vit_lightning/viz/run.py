@@ -16,7 +16,7 @@ from vit_lightning.compat.wandb import env_mode
 from vit_lightning.model.family import family_of
 from vit_lightning.model.stems import PatchStem
 from vit_lightning.trained import Trained, TrainedError, build_data, load_trained
-from vit_lightning.viz import analysis
+from vit_lightning.viz import analysis, rope
 from vit_lightning.viz.figures import (
     Panel,
     components_figure,
@@ -66,6 +66,9 @@ class Numbers:
     rollout: np.ndarray | None = None  # (k, H', W') rollout weights on the token grid
     high_norm: np.ndarray | None = None  # (L,) fraction of patch tokens whose output norm is high (analysis.HIGH_NORM)
     entropy: np.ndarray | None = None  # (L,) mean entropy of the patch queries' attention, nats
+    rope: str | None = None  # the RoPE encoding's name; None: not RoPE
+    rope_freqs: np.ndarray | None = None  # (L, 2, heads, hd/2) rope_mixed's learned frequencies; None: fixed
+    rope_logits: np.ndarray | None = None  # (L, heads, 2H-1, 2W-1) mean attention logit by offset, first image chunk
 
 
 def load_run(path: Path, images: int) -> Run:
@@ -115,6 +118,8 @@ def compute(run: Run, chunk: int = 8) -> Numbers:
             comps, ratios = analysis.filter_components(vit.stem.proj.weight, COMPONENTS)
             components = comps.numpy(), ratios.numpy()
         numbers = Numbers(run.title, grid, stride, similarity, None if bias is None else bias.numpy(), components)
+        if rope.is_rope(vit):
+            numbers.rope, numbers.rope_freqs = vit.config.pos_encoding, rope.learned_frequencies(vit)
         if run.images is not None and len(run.images):
             _attention_numbers(vit, run.images, numbers, chunk)
     return numbers
@@ -130,6 +135,8 @@ def _attention_numbers(vit, images: torch.Tensor, numbers: Numbers, chunk: int) 
         total = part if total is None else total + part
         entropy = entropy + analysis.attention_entropy_sum(attention, prefix)
         high = high + analysis.high_norm_counts(analysis.block_outputs(vit, images[start: start + chunk]), prefix)
+        if start == 0 and numbers.rope:
+            numbers.rope_logits = rope.offset_logits(vit, images[:chunk], numbers.grid)
         if start < SHOWN:
             maps.append(analysis.rollout_on_grid(analysis.attention_rollout(attention), numbers.grid, prefix,
                                                     bool(vit.pool.num_prefix)))
@@ -195,9 +202,15 @@ def draw(numbers: Numbers, out: Path) -> list[Path]:
         paths.append(panels_figure(out / "pos_bias.png", panels, f"Relative position bias by offset (query - key)\n"
                                    f"{numbers.title}", columns=heads, cmap="RdBu_r"))
         paths.append(write_csv(out / "pos_bias.csv", ["layer", "head", "d_row", "d_col", "bias"], _bias_rows(numbers)))
+    elif numbers.rope:
+        paths.append(write_note(out / "pos_similarity.txt", f"pos_encoding={numbers.rope}: RoPE turns queries and keys "
+                                "instead of adding a table, so there is no similarity to draw (see rope_offsets.png)"))
     else:
         paths.append(write_note(out / "pos_similarity.txt", "pos_encoding=none: the model has no position "
                                 "embedding, so there is no similarity to draw"))
+    if numbers.rope:
+        paths += rope.draw(numbers.title, numbers.rope_logits, numbers.rope_freqs, numbers.grid,
+                           offset_extent(numbers.grid), out)
     paths += _draw_components(numbers, out)
     if numbers.distance is not None:
         paths += _draw_attention(numbers, out)

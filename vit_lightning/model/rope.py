@@ -1,0 +1,83 @@
+"""2-D rotary position encodings (RoPE, Heo et al. 2024): coordinates, frequencies and the rotation itself.
+
+A head's channels form hd/2 pairs; pair j of the token at (x, y) is turned by the angle x * fx_j + y * fy_j,
+as a complex number (channel 2j the real part, 2j+1 the imaginary part) times exp(i * angle). Then the
+dot product of a rotated query and key depends on their positions through the offset between them only.
+Axial RoPE gives the first hd/4 pairs x-frequencies and the other hd/4 y-frequencies (theta^(-k/(hd/4)));
+mixed RoPE learns both components of every pair's frequency, per layer and head, started as NAVER does:
+the axial magnitudes turned by one random angle per head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# model.rope_coords: what (x, y) a patch token gets, and so what a larger grid means
+COORDS = ("patch", "ref_grid", "normalized")
+DEFAULT_THETA = {"axial": 100.0, "mixed": 10.0}  # NAVER's base frequencies
+
+
+def check_head_dim(head_dim: int) -> None:
+    """Both axes rotate pairs of channels, so a head's width must split into 4 equal parts."""
+    if head_dim % 4:
+        raise ValueError(f"RoPE needs a head width (width / heads) divisible by 4 (x and y each "
+                         f"rotate pairs of channels), got width / heads = {head_dim}")
+
+
+def coordinates(grid: tuple[int, int], ref: tuple[int, int], coords: str) -> torch.Tensor:
+    """(N, 2) float64 (x, y) of each patch in raster order.
+
+    patch: column and row index (NAVER); ref_grid: indices rescaled so the grid spans the reference grid's
+    extent (EVA-02, timm's ref_feat_shape); normalized: patch centres in [-1, 1] (DINOv3).
+    """
+    h, w = grid
+    ys, xs = torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64)
+    if coords == "ref_grid":
+        ys, xs = ys * ref[0] / h, xs * ref[1] / w
+    elif coords == "normalized":
+        ys, xs = (ys + 0.5) / h * 2 - 1, (xs + 0.5) / w * 2 - 1
+    y, x = torch.meshgrid(ys, xs, indexing="ij")
+    return torch.stack([x.flatten(), y.flatten()], dim=1)
+
+
+def coordinate_scale(coords: str) -> float:
+    """Normalized coordinates span 2 units, not a grid's side: DINOv3 turns them by 2 pi per unit."""
+    return 2 * math.pi if coords == "normalized" else 1.0
+
+
+def axial_frequencies(head_dim: int, theta: float) -> torch.Tensor:
+    """(2, hd/2) x- and y-components of each pair's frequency: x on the first hd/4 pairs, y on the rest."""
+    quarter = head_dim // 4
+    magnitude = theta ** (-torch.arange(quarter, dtype=torch.float64) / quarter)  # (hd/4,)
+    zero = torch.zeros_like(magnitude)
+    return torch.stack([torch.cat([magnitude, zero]), torch.cat([zero, magnitude])])
+
+
+def mixed_frequencies(heads: int, head_dim: int, theta: float) -> torch.Tensor:
+    """(2, h, hd/2) NAVER's start: per head, the axial magnitudes along a random direction a (first hd/4 pairs)
+    and along a + 90 degrees (the rest)."""
+    quarter = head_dim // 4
+    magnitude = theta ** (-torch.arange(quarter, dtype=torch.float64) / quarter)  # (hd/4,)
+    a = torch.rand(heads, 1, dtype=torch.float64) * 2 * math.pi  # (h, 1)
+    fx = torch.cat([magnitude * torch.cos(a), magnitude * torch.cos(a + math.pi / 2)], dim=1)  # (h, hd/2)
+    fy = torch.cat([magnitude * torch.sin(a), magnitude * torch.sin(a + math.pi / 2)], dim=1)
+    return torch.stack([fx, fy]).float()
+
+
+def angles(xy: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """(N, 2) coordinates and (2, ..., hd/2) frequencies -> (..., N, hd/2) angles, in float32 at least."""
+    freqs = freqs.float() if freqs.dtype != torch.float64 else freqs
+    xy = xy.to(freqs.dtype)
+    return xy[:, 0, None] * freqs[0][..., None, :] + xy[:, 1, None] * freqs[1][..., None, :]
+
+
+def rotate(x: torch.Tensor, theta: torch.Tensor, skip: int) -> torch.Tensor:
+    """(B, h, T, hd) tokens with the last N = T - skip turned pairwise by (h|..., N, hd/2) angles; the first `skip`
+    (the [class] and register tokens) are left as they are."""
+    prefix, patches = x[:, :, :skip], x[:, :, skip:]
+    cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
+    re, im = patches[..., 0::2], patches[..., 1::2]  # (B, h, N, hd/2) each
+    turned = torch.stack([re * cos - im * sin, re * sin + im * cos], dim=-1).flatten(-2)
+    return torch.cat([prefix, turned], dim=2)
