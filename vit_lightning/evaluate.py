@@ -236,7 +236,8 @@ def _resampled(args, changes: dict):
                             "num_classes": datamodule.num_classes, "patch_size": patch})
     check_data(source, vit.config.in_chans)
     start_from(vit, source, args.pos_resample, new_head=args.new_head)
-    return vit, datamodule, {**account(source, patch), "classes": source.options.get("num_classes")}, source.data
+    about = account(source, patch, datamodule.img_size, args.pos_resample)
+    return vit, datamodule, {**about, "classes": source.options.get("num_classes")}, source.data
 
 
 def _as_trained(args, changes: dict):

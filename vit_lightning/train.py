@@ -133,7 +133,8 @@ class FitCLI(LightningCLI):
         facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
         divergence, self.stop = DivergenceStop(), StopSignal()
         self.run_record = RunRecord(directory, config, facts, divergence)
-        self.run_record.init_from = transfer.account(self.source, config["model.patch_size"]) if self.source else None
+        self.run_record.init_from = transfer.account(self.source, config["model.patch_size"], config["model.img_size"],
+                                                  config["model.pos_resample"]) if self.source else None
         # the local sweep backend's hyperband rule (hyperband.ENV), judged after the record has this epoch
         self.run_record.early = HyperbandStop.from_env(directory, lambda: self.run_record.history)
         tty = sys.stdout.isatty()

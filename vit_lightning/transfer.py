@@ -19,6 +19,7 @@ from vit_lightning.bookkeeping import LAST_CKPT, RECORD, one_line
 from vit_lightning.model.build import build_backbone, timm_twin
 from vit_lightning.model.config import ViTConfig
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, architecture_keys
+from vit_lightning.model.position import resize_note
 from vit_lightning.rundir import RunDirError, checkpoint_record, data_options, read_checkpoint
 
 RESIZED = ("patch_size",)  # architecture options a patch-stem source may change: its kernel is PI-resized (FlexiViT)
@@ -248,12 +249,20 @@ def architecture(source: Source, given: dict) -> dict:
     return {**options, **{k: given[k] for k in RESIZED if given.get(k) is not None}}
 
 
-def account(source: Source, patch_size: int | None) -> dict:
-    """The record's account of the source, with what was done to its patch kernel when the patch size changed."""
-    old = source.options.get("patch_size")
-    if patch_size is None or old is None or patch_size == old or source.options.get("stem", "patch") != "patch":
-        return source.account
-    return {**source.account, "patch_resize": {"from": old, "to": patch_size, "kernel": "pi_resize (FlexiViT)"}}
+def account(source: Source, patch_size: int | None, img_size=None, mode: str = "bicubic") -> dict:
+    """The record's account of the source, with what was done to its patch kernel when the patch size changed and
+    to its position encoding when the patch grid changed (a new image size or patch size)."""
+    out, old = dict(source.account), source.options.get("patch_size")
+    patched = source.options.get("stem", "patch") == "patch" and None not in (patch_size, old) and patch_size != old
+    if patched:
+        out["patch_resize"] = {"from": old, "to": patch_size, "kernel": "pi_resize (FlexiViT)"}
+    was = source.options.get("img_size")
+    sized = img_size is not None and was is not None and _norm(img_size) != _norm(was)
+    if (patched or sized) and source.options.get("pos_encoding"):
+        encoding = source.options["pos_encoding"]
+        out["pos_resize"] = {"img_size": {"from": _norm(was), "to": _norm(img_size if sized else was)},
+                             "pos_encoding": encoding, "done": resize_note(encoding, mode)}
+    return out
 
 
 @torch.no_grad()

@@ -99,6 +99,10 @@ class ViTConfig:
         if error := unread_error(self):
             raise ValueError(error)
         check_choice("variant", self.variant, family.variants)
+        others = [name for name, other in FAMILIES.items() if self.pos_encoding in other.encodings]
+        if others and self.pos_encoding not in family.encodings:  # one family's encoding asked of another
+            raise ValueError(f"pos_encoding={self.pos_encoding!r} is for arch={', '.join(others)}, not arch={self.arch}; "
+                             f"arch={self.arch} takes: {', '.join(family.encodings)}")
         check_choice("pos_encoding", self.pos_encoding, family.encodings)
         check_choice("head", self.head, HEADS)
         self.hybrid_layers = tuple(self.hybrid_layers)
