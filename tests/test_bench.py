@@ -77,6 +77,39 @@ def test_report_renders_every_row(report):
     assert "targets:" in text and report["machine"]["cpu"] in text
 
 
+def test_every_encodings_step_time_is_over_nones_of_the_same_run(report):
+    from vit_lightning.bench.report import encoding_table
+
+    headers, rows = encoding_table(report)
+    assert headers == ["pos_encoding", "step / none [fp32]", "step / none [bf16]"]
+    assert [row[0] for row in rows] == list(ENCODINGS)  # every encoding, none's own row first at 1.00
+    for name, *ratios in rows[1:]:
+        for mode, shown in zip(("fp32", "bf16"), ratios):
+            row = next(r for r in report["models"] if r["name"] == f"ours {name}/cls" and r["mode"] == mode)
+            none = next(r for r in report["models"] if r["name"] == "ours none/cls" and r["mode"] == mode)
+            assert shown == f"{1 / paired_ratio(row['step_s'], none['step_s']):.2f}"
+    assert "position encodings (training-step time over none's" in render_text(report)
+
+
+def test_step_time_targets_over_none_eager_and_compiled():
+    from vit_lightning.bench.report import targets
+
+    def row(encoding, mode, vs_none):
+        return {"name": f"ours {encoding}/cls", "kind": "ours", "pos_encoding": encoding, "pooling": "cls",
+                "mode": mode, "precision": "32", "compiled": "compile" in mode, "vs_none": vs_none, "vs_timm": None}
+
+    rows = [row("none", m, None) for m in ("fp32", "fp32+compile")]
+    rows += [row("alibi_2d", "fp32", 1 / 1.2), row("alibi_2d", "fp32+compile", 1 / 1.4),
+             row("rope_axial", "fp32", 1 / 1.8), row("peg", "fp32+compile", 1 / 1.1)]
+    report = {"models": rows, "machine": {"device": "cpu", "bf16_matmul": "-"},
+              "config": {"variant": "micro", "patch_size": 8, "img_size": 16}}
+    got = {t["target"]: (round(t["value"], 6), t["threshold"], t["met"]) for t in targets(report)}
+    assert got == {"fp32 step time ours alibi_2d/cls / none": (1.2, 1.3, True),
+                   "fp32+compile step time ours alibi_2d/cls / none": (1.4, 1.3, False),
+                   "fp32 step time ours rope_axial/cls / none": (1.8, 2.0, True),  # RoPE's eager target is 2x
+                   "fp32+compile step time ours peg/cls / none": (1.1, 1.3, True)}
+
+
 def test_workers_needed_and_the_warning():
     assert loader.workers_needed(1000, 300) == 4 and loader.workers_needed(900, 300) == 3
     assert loader.workers_needed(10, 300) == 1

@@ -23,6 +23,9 @@ OPTIONS = {
        for p, i in [("learned_1d", "every_layer"), ("learned_1d", "every_layer_shared"),
                     ("learned_2d", "every_layer"), ("learned_2d", "every_layer_shared"),
                     ("sincos_2d", "every_layer_shared")]},
+    "pos-alibi_2d": ["--model.pos_encoding=alibi_2d"],
+    **{f"pos-peg-{i}": ["--model.pos_encoding=peg", f"--model.pos_injection={i}", "--model.depth=2"]  # acts after block 0
+       for i in ("stem", "every_layer")},
     "pool-gap": ["--model.pooling=gap", "--model.lr=0.0003"],
     "pool-map": ["--model.pooling=map"],
     "head-mlp_tanh": ["--model.head=mlp_tanh"],

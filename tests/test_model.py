@@ -180,7 +180,8 @@ def test_parameter_count_equals_timm(timm_name, variant, patch):
     assert ours.num_params() == sum(p.numel() for p in reference.parameters())
 
 
-@pytest.mark.parametrize("encoding", ["learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d"])
+@pytest.mark.parametrize("encoding", ["learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d",
+                                      "alibi_2d", "peg"])
 def test_resample_to_the_same_grid_is_identity(encoding):
     model = micro(pos_encoding=encoding)
     before = {k: v.clone() for k, v in model.state_dict().items()}

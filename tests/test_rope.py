@@ -116,10 +116,11 @@ def test_init_from_at_another_size_keeps_the_source_grid_and_says_what_was_done(
     x = torch.randn(2, 1, 56, 56)
     with torch.no_grad():
         torch.testing.assert_close(new(x), old.eval()(x))
-    note = account(source, 7, 56)["pos_resample"]
-    assert note.endswith("rope: coordinates ref_grid, nothing resampled")
-    assert note.startswith("learned_1d: table bicubic-interpolated; ") == encoding.startswith("learned_1d+")
-    assert "pos_resample" not in account(source, 7, 28)  # the same grid: nothing done
+    note = account(source, 7, 56)["pos_resize"]["done"]
+    assert note.endswith(f"{encoding.split('+')[-1]}: nothing resampled: coordinates ref_grid (model.rope_coords says "
+                         "where the new grid's patches are)")
+    assert note.startswith("learned_1d: patch rows interpolated") == encoding.startswith("learned_1d+")
+    assert "pos_resize" not in account(source, 7, 28)  # the same grid: nothing done
 
 
 # ---- timm's RoPE Evas (NAVER's RoPE-ViT models) as the oracle -------------------------------------
@@ -272,10 +273,11 @@ def test_a_rope_run_is_evaluated_and_fine_tuned_at_another_size_and_the_records_
     assert train.main([*tiny, *src]) == 0
     run = tmp_path / "adhoc/local/src"
     assert cli.main(["eval", str(run), "--data.img_size=56", "--shots"]) == 0
-    said = "learned_1d: table bicubic-interpolated; rope: coordinates ref_grid, nothing resampled"
-    assert json.loads((run / "eval-mnist5k-56px.json").read_text())["source"]["pos_resample"] == said
+    said = ("learned_1d: patch rows interpolated as a 2-D image (bicubic), prefix rows kept; rope_mixed: nothing "
+            "resampled: coordinates ref_grid (model.rope_coords says where the new grid's patches are)")
+    assert json.loads((run / "eval-mnist5k-56px.json").read_text())["source"]["pos_resize"]["done"] == said
     assert train.main([*tiny, f"--model.init_from={run}", "--data.img_size=56"]) == 0
     [record] = tmp_path.glob("adhoc/local/ft-*/results.json")
     record = json.loads(record.read_text())
-    assert record["init_from"]["pos_resample"] == said and record["status"] == "completed"
+    assert record["init_from"]["pos_resize"]["done"] == said and record["status"] == "completed"
     assert record["config"]["model.rope_coords"] == "ref_grid"  # from the source

@@ -96,7 +96,8 @@ def test_registers_are_left_out_of_the_figures():
 
 @pytest.mark.parametrize("encoding,injection", [
     ("learned_1d", "every_layer"), ("learned_2d", "stem"), ("learned_2d", "every_layer_shared"),
-    ("sincos_2d", "every_layer_shared"), ("relative_1d", "stem"), ("relative_bias_2d", "stem"), ("none", "stem")])
+    ("sincos_2d", "every_layer_shared"), ("relative_1d", "stem"), ("relative_bias_2d", "stem"), ("none", "stem"),
+    ("alibi_2d", "stem"), ("peg", "every_layer")])
 def test_registers_work_with_every_position_encoding(encoding, injection):
     model = ViT("micro", **MICRO, reg_tokens=2, pos_encoding=encoding, pos_injection=injection, layer_scale=0.1,
                 qk_norm=True)

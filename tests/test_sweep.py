@@ -227,7 +227,7 @@ def test_dry_run_lists_every_table8_cell_and_demo_all_ours_too(capsys):
         assert len(trials) == len(set(trials)) == len(want) * len(ablation.profiles[profile].seeds)
         assert {trial[:2] for trial in trials} == want
         assert all(a["run.profile"] == profile for a in args)
-    assert len(want) == 15 and len(ablation.reference) == 8  # 11 cells, and the four RoPE encodings at the stem
+    assert len(want) == 18 and len(ablation.reference) == 8  # the paper's 8, ours 3, RoPE 4, alibi_2d 1, peg 2
     seeds = {name: set(ablation.profiles[name].seeds) for name in ("demo", "replicate")}
     assert len(seeds["demo"]) == len(seeds["replicate"]) == 7 and not seeds["demo"] & seeds["replicate"]
 

@@ -136,7 +136,8 @@ def test_a_timm_vit_from_a_local_file_gives_timm_logits_also_at_a_new_resolution
 
 TINY = [*TINY_MODEL, "--data.batch_size=32", "--trainer.max_epochs=1", "--trainer.limit_val_batches=8",
         "--run.wandb=off", "--run.fewshot_shots=[]"]
-ENCODINGS = ["none", "learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d", "rope_mixed"]
+ENCODINGS = ["none", "learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d", "rope_mixed", "alibi_2d",
+             "peg"]
 
 
 def fit(root, *argv) -> int:
@@ -153,19 +154,22 @@ def only_record(root, trial: str | None = None) -> dict:
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_fine_tuning_at_56_px_from_a_28_px_run_reaches_the_source_accuracy(encoding, tmp_path):
     pooling = "gap" if encoding == "sincos_2d" else "cls"
+    deeper = ["--model.depth=2"] if encoding == "peg" else []  # peg acts after block 0 (TINY has one block)
     # A short source run (40 steps at 28 px), then two epochs at 56 px: at 56 px without fine-tuning the 4 x 4
     # grid's tables are stretched over an 8 x 8 grid of half-size patches, so fine-tuning must first recover.
     src = ["--trainer.limit_train_batches=40", f"--model.pos_encoding={encoding}", f"--model.pooling={pooling}",
-           "--model.warmup_epochs=0.1"]
+           "--model.warmup_epochs=0.1", *deeper]
     assert fit(tmp_path, *src, "--run.trial=src") == 0
     source = only_record(tmp_path, "src")
     ft = [f"--model.init_from={tmp_path / 'adhoc/local/src'}", "--data.img_size=56", "--trainer.max_epochs=2",
-          "--model.warmup_epochs=0.1"]
+          "--model.warmup_epochs=0.1", *deeper]
     assert fit(tmp_path, *ft) == 0
     tuned = only_record(tmp_path)
     assert tuned["config"]["model.pos_encoding"] == encoding and tuned["config"]["model.width"] == 32  # from the source
     assert tuned["init_from"]["trial"] == "src" and len(tuned["init_from"]["sha256"]) == 64
     assert tuned["init_from"]["config"]["model.pos_encoding"] == encoding
+    assert tuned["init_from"]["pos_resize"]["img_size"] == {"from": 28, "to": 56}  # what was done, in words
+    assert tuned["init_from"]["pos_resize"]["done"].startswith(f"{encoding}: ")
     assert tuned["metrics"]["val/acc"] >= source["metrics"]["val/acc"], (tuned["metrics"], source["metrics"])
     assert tuned["metrics"]["transfer/source_acc"] == source["metrics"]["val/acc_best"]
     assert 0 < tuned["metrics"]["transfer/start_acc"] < 1  # at 56 px before fine-tuning

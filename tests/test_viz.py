@@ -172,6 +172,44 @@ def test_hybrid_relative_run_draws_in_stem_pixels_and_notes_the_missing_filters(
     assert len((tmp_path / "pos_bias.csv").read_text().splitlines()) == 1 + 2 * 4 * 7 * 7  # layers x heads x offsets
 
 
+def test_alibi_bias_by_offset_is_minus_slope_times_length_and_the_same_in_every_layer():
+    vit = ViT("micro", img_size=(28, 21), in_chans=1, patch_size=7, pos_encoding="alibi_2d")  # a 4 x 3 grid
+    bias = analysis.relative_bias(vit)
+    assert bias.shape == (1, 4, 7, 5)  # one row for every layer, 4 heads, (2H-1, 2W-1) offsets
+    q = torch.zeros(1, 4, 13, 16)
+    logits = vit.pos.parts[3](q)[0].double()  # the last block's own (h, T, T) bias
+    for i in range(12):
+        for j in range(12):
+            dr, dc = i // 3 - j // 3, i % 3 - j % 3
+            torch.testing.assert_close(bias[0, :, dr + 3, dc + 2], logits[:, 1 + i, 1 + j])
+            slopes = torch.tensor([2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8], dtype=torch.float64)
+            torch.testing.assert_close(bias[0, :, dr + 3, dc + 2], -slopes * math.hypot(dr, dc))
+
+
+@pytest.mark.parametrize("encoding,injection,figure", [("alibi_2d", "stem", "pos_bias"), ("peg", "stem", "peg_kernels"),
+                                                       ("peg", "every_layer", "peg_kernels")])
+def test_alibi_and_peg_draw_their_figures_attention_distance_and_rollout(encoding, injection, figure, tmp_path):
+    torch.manual_seed(0)
+    vit = ViT("micro", img_size=28, in_chans=1, patch_size=7, depth=3, pos_encoding=encoding,
+              pos_injection=injection).double().eval()
+    images = torch.randn(3, 1, 28, 28, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    numbers = compute(Run(vit, images, None, tmp_path))
+    maps = vit.attention_maps(images)
+    assert np.allclose(numbers.distance, analysis.mean_attention_distance(maps, (4, 4), 7.0, 1).numpy())
+    names = {p.name for p in draw(numbers, tmp_path)}
+    assert {f"{figure}.png", f"{figure}.csv", "attention_distance.png", "rollout.png", "patch_pca.png"} <= names
+    read_png(tmp_path / f"{figure}.png")
+    if encoding == "peg":  # one PEG after block 0, or one after every block but the last
+        pegs = 1 if injection == "stem" else 2
+        rows = (tmp_path / "peg_kernels.csv").read_text().splitlines()
+        assert rows[0] == "after_block,channel,d_row,d_col,weight" and len(rows) == 1 + pegs * 64 * 9
+        weight = vit.pos.parts[pegs - 1].proj.weight[5, 0, 0, 2].item()  # channel 5, one row up, one column right
+        assert f"{pegs},5,-1,1,{weight:.6g}" in rows
+        assert "see peg_kernels.png" in (tmp_path / "pos_similarity.txt").read_text()
+    else:
+        assert len((tmp_path / "pos_bias.csv").read_text().splitlines()) == 1 + 4 * 7 * 7  # one row of heads
+
+
 # ---- end to end: short fits, then the command ---------------------------------------------------
 
 GRIDS = {"model.pos_encoding": ["none", "learned_1d", "relative_bias_2d"], "model.pos_injection": ["stem"]}

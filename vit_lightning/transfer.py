@@ -19,7 +19,7 @@ from vit_lightning.bookkeeping import LAST_CKPT, RECORD, one_line
 from vit_lightning.model.build import build_backbone, timm_twin
 from vit_lightning.model.config import ViTConfig
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, architecture_keys
-from vit_lightning.model.position import ENCODINGS
+from vit_lightning.model.position import resize_note
 from vit_lightning.rundir import RunDirError, checkpoint_record, data_options, read_checkpoint
 
 RESIZED = ("patch_size",)  # architecture options a patch-stem source may change: its kernel is PI-resized (FlexiViT)
@@ -256,21 +256,18 @@ def architecture(source: Source, given: dict) -> dict:
 
 def account(source: Source, patch_size: int | None, img_size=None, mode: str = "bicubic") -> dict:
     """The record's account of the source, with what was done to its patch kernel when the patch size changed and
-    to its position encoding at a new image size (where the encoding says more than `mode`, e.g. RoPE)."""
-    out = {**source.account, **_encoding_note(source.options, patch_size, img_size, mode)}
-    old = source.options.get("patch_size")
-    if patch_size is None or old is None or patch_size == old or source.options.get("stem", "patch") != "patch":
-        return out
-    return {**out, "patch_resize": {"from": old, "to": patch_size, "kernel": "pi_resize (FlexiViT)"}}
-
-
-def _encoding_note(options: dict, patch_size, img_size, mode: str) -> dict:
-    """{"pos_resample": what was done} when the grid may have changed and the encoding describes it; else {}."""
-    kind = ENCODINGS.get(options.get("pos_encoding"))
-    same = img_size is None or _hw(img_size) == _hw(options.get("img_size"))
-    same = same and patch_size in (None, options.get("patch_size"))
-    note = kind.resample_note(mode, options) if kind is not None and not same else None
-    return {"pos_resample": note} if note else {}
+    to its position encoding when the patch grid changed (a new image size or patch size)."""
+    out, old = dict(source.account), source.options.get("patch_size")
+    patched = source.options.get("stem", "patch") == "patch" and None not in (patch_size, old) and patch_size != old
+    if patched:
+        out["patch_resize"] = {"from": old, "to": patch_size, "kernel": "pi_resize (FlexiViT)"}
+    was = source.options.get("img_size")
+    sized = img_size is not None and was is not None and _hw(img_size) != _hw(was)
+    if (patched or sized) and source.options.get("pos_encoding"):
+        encoding = source.options["pos_encoding"]
+        out["pos_resize"] = {"img_size": {"from": _norm(was), "to": _norm(img_size if sized else was)},
+                             "pos_encoding": encoding, "done": resize_note(encoding, mode, source.options)}
+    return out
 
 
 @torch.no_grad()

@@ -27,7 +27,7 @@ from vit_lightning.bench.timing import (
     train_step,
 )
 from vit_lightning.compat.torch import allow_recompiles
-from vit_lightning.model import VARIANTS, ViT
+from vit_lightning.model import ENCODINGS, VARIANTS, ViT
 
 SCHEMA = 1
 
@@ -45,7 +45,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", nargs="+", default=["32"], choices=PRECISIONS, help="32 and/or bf16 (autocast)")
     p.add_argument("--compile", action="store_true", help="also time every model under torch.compile")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: no code generation)")
-    p.add_argument("--encodings", action="store_true", help="also every position encoding and pooling")
+    p.add_argument("--encodings", action="store_true",
+                   help="also every position encoding (its step time over none's) and pooling")
     for arch, family in PAIRED.items():
         p.add_argument(f"--{arch}", default=None, choices=list(family.variants),
                        help=f"also our {family.cls.__name__} of this size against timm's at the same sizes (--img-size)")
@@ -223,7 +224,8 @@ def check(args) -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device}: no CUDA device is visible; use --device cpu")
     with torch.device("meta"):  # builds nothing in memory, but checks the sizes fit together
-        ViT(args.variant, img_size=args.img_size, patch_size=args.patch_size)
+        for encoding in ENCODINGS if args.encodings else ["learned_1d"]:  # each encoding's own checks too
+            ViT(args.variant, img_size=args.img_size, patch_size=args.patch_size, pos_encoding=encoding)
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,7 @@ from vit_lightning.bench.timing import Candidate
 from vit_lightning.model import DEFAULT_ARCH, ENCODINGS, FAMILIES, POOLINGS, VARIANTS, ViT
 
 NUM_CLASSES = 1000
-ABSOLUTE = ("none", "learned_1d", "learned_2d", "sincos_2d")  # added to the tokens; the rest bias attention
+ABSOLUTE = ("none", "learned_1d", "learned_2d", "sincos_2d")  # added to the tokens; the rest act inside the encoder
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Position encodings: absolute tables added to tokens, relative ones added to attention logits.
+"""Position encodings: absolute tables added to tokens, relative ones added to attention logits, conditional ones
+computed from the tokens on their grid between blocks.
 
 Every encoding is built as `Encoding(dim, heads, grid, num_prefix)`, declares where it may be
 injected, knows the (H, W) patch grid it was built for, and resamples itself to another grid.
@@ -8,6 +9,8 @@ Prefix tokens (the [class] token, then any register tokens) sit before the patch
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -49,20 +52,20 @@ class Encoding(nn.Module):
     Absolute encodings implement `embedding() -> (T, D) | None`; relative ones set `relative = True`
     and map (B, h, T, hd) queries to (B|1, h, T, T) logits in `forward`; rotary ones set `rotary = True`
     and turn (B, h, T, hd) queries and keys in `rotate(q, k)` (one copy per block, like relative ones), with
-    `table` the absolute encoding added at the stem beside them (NoEncoding: none). `reads` names the
-    ViTConfig options the encoding takes as keywords besides the common four.
+    `table` the absolute encoding added at the stem beside them (NoEncoding: none); conditional ones set
+    `conditional = True` and map (B, T, D) tokens to tokens in `forward`. `reads` names the ViTConfig options
+    the encoding takes as keywords besides the common four.
     """
 
     relative: bool = False
     rotary: bool = False
+    conditional: bool = False  # a module on the token grid: maps (B, T, D) tokens to tokens between blocks
+    min_depth: int = 1  # the fewest encoder blocks it needs to act at all
     reads: tuple[str, ...] = ()
     prefix_rows: bool = False  # whether the table has rows of its own for prefix tokens (else they get zeros)
+    # what `resample` does, for the run record: formatted with the interpolation `mode` and the `options` it reads
+    on_resize: str = "resampled to the new grid"
     injections: tuple[str, ...]
-
-    @classmethod
-    def resample_note(cls, mode: str, options: dict) -> str | None:
-        """What a resize does to this encoding, for a transfer's record (None: nothing worth saying beyond `mode`)."""
-        return None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -78,6 +81,7 @@ class NoEncoding(Encoding):
     """No position information at all: the encoder sees a bag of patches."""
 
     injections = ("stem",)  # nothing to inject anywhere else
+    on_resize = "nothing to resample"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -94,6 +98,7 @@ class Learned1d(Encoding):
     """The paper's default: one learned vector per token in raster order (class token included)."""
 
     injections, prefix_rows = INJECTIONS, True
+    on_resize = "patch rows interpolated as a 2-D image ({mode}), prefix rows kept"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -117,6 +122,7 @@ class Learned2d(Encoding):
     """The paper's 2-D encoding: an X table and a Y table of width D/2, concatenated per patch."""
 
     injections = INJECTIONS
+    on_resize = "X and Y tables interpolated along their axis ({mode}; linear unless nearest)"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -154,6 +160,7 @@ class SinCos2d(Encoding):
     """Fixed 2-D sin-cos encoding, as in "Better plain ViT baselines" (no parameters)."""
 
     injections = ("stem", "every_layer_shared")  # a fixed table has nothing to learn per layer
+    on_resize = "table recomputed for the new grid"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -192,6 +199,7 @@ class Relative1d(Encoding):
     """
 
     relative, injections = True, ("stem",)  # acts inside every attention layer already
+    on_resize = "each new 1-D offset takes the old embedding of the 2-D offset it stands for"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -244,6 +252,7 @@ class RelativeBias2d(Encoding):
     """Swin's relative position bias: a learned scalar per head for each 2-D offset."""
 
     relative, injections = True, ("stem",)
+    on_resize = "offset table interpolated ({mode})"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -283,6 +292,7 @@ class Rope(Encoding):
     """
 
     rotary, injections, reads = True, ("stem",), ("rope_theta", "rope_coords")  # acts inside every block already
+    on_resize = "nothing resampled: coordinates {rope_coords} (model.rope_coords says where the new grid's patches are)"
     table: type[Encoding] = NoEncoding
     kind = "axial"
 
@@ -330,10 +340,6 @@ class Rope(Encoding):
         """Nothing to resample: the coordinate convention says where the new grid's patches are."""
         self.set_grid(grid)
 
-    @classmethod
-    def resample_note(cls, mode: str, options: dict) -> str:
-        table = f"learned_1d: table {mode}-interpolated; " if cls.table is Learned1d else ""
-        return f"{table}rope: coordinates {options.get('rope_coords') or 'patch'}, nothing resampled"
 
 
 class RopeMixed(Rope):
@@ -357,6 +363,77 @@ class Learned1dRopeMixed(RopeMixed):
     table, prefix_rows = Learned1d, True
 
 
+def alibi_slopes(heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes (Press et al. 2022), (heads,): the geometric sequence 2^(-8i/n), i = 1..n, for n
+    heads a power of two; otherwise that sequence for the largest power of two p below n, then every other slope
+    of the 2p-head sequence (2^(-4i/p), i = 1, 3, ...), the rule of the paper's code."""
+    p = 2 ** int(math.log2(heads))
+    slopes = [2 ** (-8 * i / p) for i in range(1, p + 1)] + [2 ** (-4 * i / p) for i in range(1, 2 * (heads - p), 2)]
+    return torch.tensor(slopes)
+
+
+def grid_distances(grid: tuple[int, int]) -> torch.Tensor:
+    """(N, N) Euclidean distance between the patches of an (H, W) grid, in patch units (raster order)."""
+    rows, cols = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    rows, cols = rows.flatten(), cols.flatten()
+    return ((rows[:, None] - rows[None, :]) ** 2 + (cols[:, None] - cols[None, :]) ** 2).double().sqrt().float()
+
+
+class Alibi2d(Encoding):
+    """2-D ALiBi: a fixed slope per head times the Euclidean patch distance, subtracted from the logits.
+
+    The slopes are ALiBi's geometric sequence (`alibi_slopes`), as in the 2-D ALiBi that LookHere (Fuller et al.,
+    NeurIPS 2024) compares against RoPE. Prefix tokens ([class], registers) have no place on the grid: no bias to
+    or from them. Nothing is learned; a bigger grid just has longer distances.
+    """
+
+    relative, injections = True, ("stem",)  # acts inside every attention layer already
+    on_resize = "nothing resampled: the same slopes times the new grid's patch distances (a bigger grid has longer ones)"
+
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
+        super().__init__()
+        self.num_prefix = num_prefix
+        self.register_buffer("slopes", alibi_slopes(heads), persistent=False)  # (h,)
+        self.resample(grid)
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        """(B, h, T, hd) queries (unused) -> (1, h, T, T) additive logits, -slope_h * distance(i, j)."""
+        return -(self.slopes[:, None, None] * self.distance)[None].to(q.dtype)
+
+    def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
+        self.grid = tuple(grid)
+        p = self.num_prefix
+        distance = F.pad(grid_distances(self.grid), (p, 0, p, 0))  # (T, T): zero to and from prefix tokens
+        self.register_buffer("distance", distance.to(self.slopes), persistent=False)
+
+
+class Peg(Encoding):
+    """CPVT's position encoding generator (Chu et al. 2021): a 3x3 depthwise convolution of the patch tokens on
+    their grid, added to them; the zero padding at the border is what tells a patch where it is.
+
+    Prefix tokens pass through. Injected at `stem`, its one place is CPVT's default, after block 0 (at the input of
+    block 1); `every_layer` puts one after every block but the last (CPVT also tried several). The kernels keep
+    PyTorch's default init, as CPVT's code. It works at any grid: nothing to resample.
+    """
+
+    conditional, injections, min_depth = True, ("stem", "every_layer"), 2
+    on_resize = "nothing resampled: the same 3x3 kernels slide over the new grid"
+
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
+        super().__init__()
+        self.grid, self.num_prefix = tuple(grid), num_prefix
+        self.proj = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)  # (D, 1, 3, 3) kernels and (D,) biases
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) tokens -> the same, each patch token plus the convolution of its 3x3 neighbourhood."""
+        prefix, patches = x[:, : self.num_prefix], x[:, self.num_prefix :]
+        image = patches.transpose(1, 2).unflatten(2, self.grid)  # (B, D, H, W)
+        return torch.cat([prefix, patches + self.proj(image).flatten(2).transpose(1, 2)], dim=1)
+
+    def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
+        self.grid = tuple(grid)
+
+
 ENCODINGS: dict[str, type[Encoding]] = {
     "none": NoEncoding,
     "learned_1d": Learned1d,
@@ -368,6 +445,8 @@ ENCODINGS: dict[str, type[Encoding]] = {
     "rope_mixed": RopeMixed,
     "learned_1d+rope_axial": Learned1dRopeAxial,
     "learned_1d+rope_mixed": Learned1dRopeMixed,
+    "alibi_2d": Alibi2d,
+    "peg": Peg,
 }
 
 
@@ -384,11 +463,18 @@ class PositionEncoding(nn.Module):
                  positioned: int | None = None, options: dict | None = None):
         super().__init__()
         kind = ENCODINGS[name]
-        self.relative, self.injection = kind.relative, injection
+        self.relative, self.conditional, self.injection = kind.relative, kind.conditional, injection
         positioned = num_prefix if positioned is None else positioned
         self.positioned, self.unpositioned = positioned, num_prefix - positioned
         copies = depth if (self.relative or injection == "every_layer") else 1
-        prefix = num_prefix if self.relative else positioned  # relative encodings bias every prefix token alike
+        self.relative, self.conditional, self.injection = kind.relative, kind.conditional, injection
+        positioned = num_prefix if positioned is None else positioned
+        self.positioned, self.unpositioned = positioned, num_prefix - positioned
+        copies = depth if (self.relative or injection == "every_layer") else 1
+        if self.conditional and injection == "every_layer":
+            copies = depth - 1  # between blocks: after every block but the last
+        # relative encodings bias every prefix token alike; conditional ones pass them all through
+        prefix = num_prefix if self.relative or self.conditional else positioned
         table = kind.table if kind.rotary else kind
         self.parts = nn.ModuleList(table(dim, heads, grid, prefix) for _ in range(copies))
         rotations = (kind(dim, heads, grid, num_prefix, **(options or {})) for _ in range(depth if kind.rotary else 0))
@@ -399,7 +485,10 @@ class PositionEncoding(nn.Module):
         return self.parts[0].grid
 
     def add(self, x: torch.Tensor, layer: int) -> torch.Tensor:
-        """Add the absolute embedding due at the input of block `layer` to (B, T, D) tokens."""
+        """Add the absolute embedding due at the input of block `layer` to (B, T, D) tokens (or apply the
+        conditional encoding due there: at block 1's input for `stem`, at every block's but the first's)."""
+        if self.conditional:
+            return self._condition(x, layer)
         if self.relative or (self.injection == "stem" and layer > 0):
             return x
         table = self.parts[layer if self.injection == "every_layer" else 0].embedding()  # (positioned + N, D)
@@ -410,6 +499,12 @@ class PositionEncoding(nn.Module):
             table = torch.cat([table[:p], table.new_zeros(self.unpositioned, table.shape[1]), table[p:]])
         return x + table.to(x.dtype)
 
+    def _condition(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        """The conditional encoding after block `layer - 1`, if one acts there."""
+        if layer == 0 or (self.injection == "stem" and layer > 1):
+            return x
+        return self.parts[layer - 1 if self.injection == "every_layer" else 0](x)
+
     def attention_bias(self, layer: int) -> nn.Module | None:
         """The module that turns block `layer`'s queries into logits bias, for relative encodings."""
         return self.parts[layer] if self.relative else None
@@ -419,7 +514,13 @@ class PositionEncoding(nn.Module):
         return self.rotations[layer] if len(self.rotations) else None
 
     def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
-        """Each part to the new grid; `mode` interpolates learned tables (relative_1d remaps offsets, sincos recomputes,
-        RoPE has nothing to resample: its coordinates follow model.rope_coords)."""
+        """Each part to the new grid; `mode` interpolates learned tables (see each encoding's `on_resize`)."""
         for part in (*self.parts, *self.rotations):
             part.resample(grid, mode)
+
+
+def resize_note(name: str, mode: str, options: dict | None = None) -> str:
+    """What resampling to a new grid does to encoding `name` (a `+` joins the parts of a combined one), in words;
+    `options` are the source's model options (RoPE's coordinate convention)."""
+    fields = {"mode": mode, "rope_coords": (options or {}).get("rope_coords") or "patch"}
+    return "; ".join(f"{part}: {ENCODINGS[part].on_resize.format(**fields)}" for part in name.split("+"))

@@ -44,6 +44,9 @@ def check_vit(cfg: ViTConfig) -> None:
     cfg.depth, cfg.width = cfg.depth or depth, cfg.width or width
     cfg.mlp_dim, cfg.heads = cfg.mlp_dim or mlp_dim, cfg.heads or heads
     cfg.check_positive("img_size", "in_chans", "num_classes", "patch_size", "width", "depth", "heads", "mlp_dim")
+    if cfg.depth < ENCODINGS[cfg.pos_encoding].min_depth:  # PEG acts between blocks: after block 0
+        raise ValueError(f"pos_encoding={cfg.pos_encoding!r} acts between blocks, so it needs depth >= "
+                         f"{ENCODINGS[cfg.pos_encoding].min_depth}; got depth={cfg.depth}")
     if cfg.width % cfg.heads:
         divisors = [h for h in range(1, cfg.width + 1) if cfg.width % h == 0]
         raise ValueError(f"heads={cfg.heads} does not divide width={cfg.width}; valid heads: {divisors}")

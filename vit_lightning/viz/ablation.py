@@ -70,7 +70,8 @@ def encoding_comparison(drawn: list[tuple[dict, Numbers]], out: Path) -> list[Pa
         first.setdefault(cell[ENCODING], numbers)
     panels = [encoding_panel(name, numbers) for name, numbers in first.items()]
     paths = [panels_figure(out / "pos_similarity.png", panels, "Position embeddings: each patch's similarity to all "
-                           "others (relative encodings: layer-1 bias by offset, head mean)", columns=len(panels))]
+                           "others (relative encodings: layer-1 bias by offset, head mean; peg: its kernels' mean |w|)",
+                           columns=len(panels))]
     rows = [(name, t, q, k, float(sim[q, k])) for name, n in first.items() for t, sim in enumerate(n.similarity or [])
             for q in range(sim.shape[0]) for k in range(sim.shape[1])]
     paths.append(write_csv(out / "pos_similarity.csv", ["encoding", "table", "query", "key", "cosine"], rows))
@@ -93,4 +94,7 @@ def encoding_panel(name: str, numbers: Numbers) -> Panel:
         bias = numbers.bias[0].mean(axis=0)  # (2H-1, 2W-1)
         lim = float(np.abs(bias).max()) or 1.0
         return Panel(name, bias, -lim, lim, "logit bias", offset_extent(numbers.grid))
+    if numbers.kernels is not None:  # peg: the first PEG's kernels, channel-mean magnitude by neighbour offset
+        mean = np.abs(numbers.kernels[0]).mean(axis=0)
+        return Panel(name, mean, 0.0, float(mean.max()) or 1.0, "mean |kernel|", offset_extent((2, 2)))
     return Panel(name, None, 0.0, 0.0, "", note="no position encoding:\nnothing to draw")

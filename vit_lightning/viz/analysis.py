@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import torch
 
-from vit_lightning.model.position import Relative1d, RelativeBias2d
+from vit_lightning.model.position import Alibi2d, Peg, Relative1d, RelativeBias2d, alibi_slopes
 
 
 def position_tables(vit) -> list[torch.Tensor] | None:
     """The absolute position embedding of the patch tokens at each injection point, each (N, D); None if none.
 
-    One table for `stem` and `every_layer_shared`, one per block for `every_layer`; relative
-    encodings have no absolute table (see `relative_bias`). Prefix tokens have no grid position: dropped.
+    One table for `stem` and `every_layer_shared`, one per block for `every_layer`; relative and conditional
+    encodings have no absolute table (see `relative_bias`, `peg_kernels`). Prefix tokens have no grid position: dropped.
     """
-    if vit.pos.relative:
+    if not hasattr(vit.pos.parts[0], "embedding"):
         return None
     tables = [part.embedding() for part in vit.pos.parts]
     if tables[0] is None:
@@ -36,9 +36,12 @@ def relative_bias(vit) -> torch.Tensor | None:
     Returns (L, heads, 2H-1, 2W-1), or None for absolute encodings. `relative_bias_2d` learns this
     table directly. `relative_1d`'s bias depends on the query; we show its query-independent part:
     the query of a token whose normalised content is zero, LN bias -> W_q (plus b_q), against every offset.
+    `alibi_2d`'s is fixed and the same in every layer: one row, (1, heads, 2H-1, 2W-1).
     """
     if not vit.pos.relative:
         return None
+    if isinstance(vit.pos.parts[0], Alibi2d):
+        return alibi_bias(len(vit.pos.parts[0].slopes), vit.pos.grid)[None]
     out = []
     for block, part in zip(vit.blocks, vit.pos.parts):
         if isinstance(part, RelativeBias2d):
@@ -60,6 +63,20 @@ def _relative_1d_bias(block, part: Relative1d) -> torch.Tensor:
     dc = torch.arange(-(w - 1), w)[None, :]
     raster = dr * w + dc + h * w - 1  # 2-D offset (dr, dc) -> raster offset dr*W + dc, shifted to an index
     return logits[:, raster]
+
+
+def alibi_bias(heads: int, grid: tuple[int, int]) -> torch.Tensor:
+    """(heads, 2H-1, 2W-1) 2-D ALiBi's logit bias by offset (query - key): -slope x Euclidean length of the offset."""
+    dr = torch.arange(-(grid[0] - 1), grid[0], dtype=torch.float64)[:, None]
+    dc = torch.arange(-(grid[1] - 1), grid[1], dtype=torch.float64)[None, :]
+    return -alibi_slopes(heads).double()[:, None, None] * (dr**2 + dc**2).sqrt()
+
+
+def peg_kernels(vit) -> torch.Tensor | None:
+    """(PEGs, D, 3, 3) the depthwise kernels of a `peg` encoding, one set per PEG; None for other encodings."""
+    if not isinstance(vit.pos.parts[0], Peg):
+        return None
+    return torch.stack([part.proj.weight.detach().double()[:, 0] for part in vit.pos.parts])
 
 
 def patch_distances(grid: tuple[int, int], stride: float) -> torch.Tensor:

@@ -69,6 +69,7 @@ class Numbers:
     rope: str | None = None  # the RoPE encoding's name; None: not RoPE
     rope_freqs: np.ndarray | None = None  # (L, 2, heads, hd/2) rope_mixed's learned frequencies; None: fixed
     rope_logits: np.ndarray | None = None  # (L, heads, 2H-1, 2W-1) mean attention logit by offset, first image chunk
+    kernels: np.ndarray | None = None  # (PEGs, D, 3, 3) a `peg` encoding's depthwise kernels
 
 
 def load_run(path: Path, images: int) -> Run:
@@ -120,6 +121,8 @@ def compute(run: Run, chunk: int = 8) -> Numbers:
         numbers = Numbers(run.title, grid, stride, similarity, None if bias is None else bias.numpy(), components)
         if rope.is_rope(vit):
             numbers.rope, numbers.rope_freqs = vit.config.pos_encoding, rope.learned_frequencies(vit)
+        if (kernels := analysis.peg_kernels(vit)) is not None:
+            numbers.kernels = kernels.numpy()
         if run.images is not None and len(run.images):
             _attention_numbers(vit, run.images, numbers, chunk)
     return numbers
@@ -174,10 +177,27 @@ def position_panels(numbers: Numbers) -> list[Panel]:
     if numbers.bias is not None:
         lim = float(np.abs(numbers.bias).max()) or 1.0
         extent = offset_extent(numbers.grid)
-        return [Panel(f"layer {layer + 1}, head {head + 1}", numbers.bias[layer, head], -lim, lim,
-                      "logit bias", extent) for layer in range(numbers.bias.shape[0])
+        layers = numbers.bias.shape[0]  # one row: the same bias in every layer (alibi_2d)
+        return [Panel(f"layer {layer + 1}, head {head + 1}" if layers > 1 else f"every layer, head {head + 1}",
+                      numbers.bias[layer, head], -lim, lim, "logit bias", extent) for layer in range(layers)
                 for head in range(numbers.bias.shape[1])]
     return []
+
+
+KERNEL_CHANNELS = 4  # channels drawn per PEG beside the channel mean: those with the largest kernels
+
+
+def kernel_panels(kernels: np.ndarray) -> list[Panel]:
+    """Per PEG (after block k): its kernels' channel-mean magnitude, then its largest channels' kernels."""
+    lim = float(np.abs(kernels).max()) or 1.0
+    extent = offset_extent((2, 2))  # neighbour offsets -1, 0, 1 on both axes
+    panels = []
+    for k, weights in enumerate(kernels):  # (D, 3, 3)
+        after = f"after block {k + 1}"
+        panels.append(Panel(f"{after}: mean |w|", np.abs(weights).mean(axis=0), -lim, lim, "kernel weight", extent))
+        for c in np.argsort(-np.abs(weights).sum(axis=(1, 2)), kind="stable")[:KERNEL_CHANNELS]:
+            panels.append(Panel(f"{after}: channel {c}", weights[c], -lim, lim, "kernel weight", extent))
+    return panels
 
 
 def offset_extent(grid: tuple[int, int]) -> tuple[float, float, float, float]:
@@ -205,6 +225,10 @@ def draw(numbers: Numbers, out: Path) -> list[Path]:
     elif numbers.rope:
         paths.append(write_note(out / "pos_similarity.txt", f"pos_encoding={numbers.rope}: RoPE turns queries and keys "
                                 "instead of adding a table, so there is no similarity to draw (see rope_offsets.png)"))
+    elif numbers.kernels is not None:
+        paths.append(write_note(out / "pos_similarity.txt", "pos_encoding=peg: positions come from a convolution of "
+                                "the patch tokens on their grid, not from a table: see peg_kernels.png"))
+        paths += _draw_kernels(numbers, out)
     else:
         paths.append(write_note(out / "pos_similarity.txt", "pos_encoding=none: the model has no position "
                                 "embedding, so there is no similarity to draw"))
@@ -215,6 +239,15 @@ def draw(numbers: Numbers, out: Path) -> list[Path]:
     if numbers.distance is not None:
         paths += _draw_attention(numbers, out)
     return paths
+
+
+def _draw_kernels(numbers: Numbers, out: Path) -> list[Path]:
+    kernels = numbers.kernels
+    rows = [(k + 1, c, dy - 1, dx - 1, float(kernels[k, c, dy, dx])) for k in range(kernels.shape[0])
+            for c in range(kernels.shape[1]) for dy in range(3) for dx in range(3)]
+    return [panels_figure(out / "peg_kernels.png", kernel_panels(kernels), "PEG 3x3 depthwise kernels by neighbour "
+                          f"offset (key - query)\n{numbers.title}", columns=1 + KERNEL_CHANNELS, cmap="RdBu_r"),
+            write_csv(out / "peg_kernels.csv", ["after_block", "channel", "d_row", "d_col", "weight"], rows)]
 
 
 def _draw_components(numbers: Numbers, out: Path) -> list[Path]:
