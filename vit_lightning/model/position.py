@@ -50,6 +50,7 @@ class Encoding(nn.Module):
 
     relative: bool = False
     prefix_rows: bool = False  # whether the table has rows of its own for prefix tokens (else they get zeros)
+    reads: tuple[str, ...] = ()  # ViTConfig options it takes as keywords (ENCODING_OPTIONS), after the four
     injections: tuple[str, ...]
 
     def __init_subclass__(cls, **kwargs):
@@ -159,6 +160,14 @@ class SinCos2d(Encoding):
         self.register_buffer("table", table, persistent=False)  # recomputed, never saved
 
 
+RELATIVE_SCALES = ("sqrt_d", "none")  # relative_1d's q.r logits: divided by sqrt(head_dim), or not
+# Options an encoding may read (Encoding.reads), with their defaults (ViTConfig's): another encoding refuses them.
+# relative_scale: chosen by a measurement (results/pos_encoding/relative_scale, README)
+ENCODING_OPTIONS = {"relative_scale": "none"}
+# What each option was before it existed: a checkpoint without it trained with this (see `trained_options`)
+BEFORE_OPTIONS = {"relative_scale": "sqrt_d"}
+
+
 def _offset_index(offsets: torch.Tensor, num_offsets: int, num_prefix: int) -> torch.Tensor:
     """Extend an (N, N) patch-offset index to (T, T): prefix pairs get three extra entries of their own
     (prefix query -> patch, patch query -> prefix, prefix -> prefix), as BEiT does for its [class] token."""
@@ -176,14 +185,19 @@ class Relative1d(Encoding):
     """The paper's relative encoding: an embedding per 1-D offset between query and key patches.
 
     The offset embeddings act as keys for the content query; their logits are added to the content
-    logits before the softmax (scaled like them, as in Shaw et al.). Heads share the embeddings.
+    logits before the softmax. Heads share the embeddings. The paper leaves the scale of these logits
+    open: `relative_scale` sqrt_d divides them by sqrt(head_dim) like the content logits (Shaw et al.),
+    none adds q.r unscaled.
     """
 
-    relative, injections = True, ("stem",)  # acts inside every attention layer already
+    relative, injections, reads = True, ("stem",), ("relative_scale",)  # acts inside every attention layer already
 
-    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int,
+                 relative_scale: str = ENCODING_OPTIONS["relative_scale"]):
         super().__init__()
-        self.num_prefix = num_prefix
+        if relative_scale not in RELATIVE_SCALES:
+            raise ValueError(f"unknown relative_scale={relative_scale!r}; choose from: {', '.join(RELATIVE_SCALES)}")
+        self.num_prefix, self.relative_scale = num_prefix, relative_scale
         self.table = nn.Parameter(torch.randn(2 * grid[0] * grid[1] - 1, dim // heads) * 0.02)  # (2N-1, hd)
         self.prefix_table = nn.Parameter(torch.randn(3, dim // heads) * 0.02) if num_prefix else None
         self._set_grid(grid)
@@ -198,7 +212,8 @@ class Relative1d(Encoding):
     def forward(self, q: torch.Tensor) -> torch.Tensor:
         """(B, h, T, hd) queries -> (B, h, T, T) additive logits."""
         keys = self.table if self.prefix_table is None else torch.cat([self.table, self.prefix_table])
-        logits = (q * q.shape[-1] ** -0.5) @ keys.to(q.dtype).T  # (B, h, T, offsets): every query vs every offset
+        scale = q.shape[-1] ** -0.5 if self.relative_scale == "sqrt_d" else 1.0
+        logits = (q * scale) @ keys.to(q.dtype).T  # (B, h, T, offsets): every query vs every offset
         return logits.gather(-1, self.index.expand(*logits.shape[:2], -1, -1))  # [i, j] = q_i . r_{i-j}
 
     @torch.no_grad()
@@ -273,15 +288,22 @@ ENCODINGS: dict[str, type[Encoding]] = {
 }
 
 
+def trained_options(options: dict) -> dict:
+    """A checkpoint's model options, with the encoding's options it predates set as it trained (BEFORE_OPTIONS)."""
+    kind = ENCODINGS.get(options.get("pos_encoding"))
+    return {**{k: BEFORE_OPTIONS[k] for k in (kind.reads if kind else ())}, **options}
+
+
 class PositionEncoding(nn.Module):
     """The chosen encoding, injected where asked: at the stem, or at the input of every block.
 
     `num_prefix` tokens precede the patches; the first `positioned` of them (the [class] token, when the
-    table covers it) are an absolute encoding's to place; the rest (registers) get no position.
+    table covers it) are an absolute encoding's to place; the rest (registers) get no position. `options`
+    holds ENCODING_OPTIONS values; the encoding gets those it reads.
     """
 
     def __init__(self, name: str, injection: str, dim: int, heads: int, grid, depth: int, num_prefix: int,
-                 positioned: int | None = None):
+                 positioned: int | None = None, options: dict | None = None):
         super().__init__()
         kind = ENCODINGS[name]
         self.relative, self.injection = kind.relative, injection
@@ -289,7 +311,8 @@ class PositionEncoding(nn.Module):
         self.positioned, self.unpositioned = positioned, num_prefix - positioned
         copies = depth if (self.relative or injection == "every_layer") else 1
         prefix = num_prefix if self.relative else positioned  # relative encodings bias every prefix token alike
-        self.parts = nn.ModuleList(kind(dim, heads, grid, prefix) for _ in range(copies))
+        options = {k: v for k, v in (options or {}).items() if k in kind.reads}  # ENCODING_OPTIONS this one reads
+        self.parts = nn.ModuleList(kind(dim, heads, grid, prefix, **options) for _ in range(copies))
 
     @property
     def grid(self) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from vit_lightning.model.config import ViTConfig, check_choice
 from vit_lightning.model.family import BackboneParts, Family, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
-from vit_lightning.model.position import ENCODINGS, INJECTIONS, PositionEncoding
+from vit_lightning.model.position import ENCODING_OPTIONS, ENCODINGS, INJECTIONS, RELATIVE_SCALES, PositionEncoding
 from vit_lightning.model.stems import STEMS
 from vit_lightning.model.timm_weights import load_timm_vit, timm_vit_options
 
@@ -32,6 +32,12 @@ def check_vit(cfg: ViTConfig) -> None:
     check_choice("pooling", cfg.pooling, POOLINGS)
     check_choice("stem", cfg.stem, STEMS)
     check_choice("init", cfg.init, INITS)
+    check_choice("relative_scale", cfg.relative_scale, RELATIVE_SCALES)
+    for option, default in ENCODING_OPTIONS.items():  # an encoding's own option, set for another encoding
+        if getattr(cfg, option) != default and option not in ENCODINGS[cfg.pos_encoding].reads:
+            readers = [name for name, kind in ENCODINGS.items() if option in kind.reads]
+            raise ValueError(f"model.{option}={getattr(cfg, option)!r} applies to pos_encoding={' or '.join(readers)} "
+                             f"only, not pos_encoding={cfg.pos_encoding}")
     allowed = ENCODINGS[cfg.pos_encoding].injections
     if cfg.pos_injection not in allowed:
         raise ValueError(
@@ -77,7 +83,8 @@ class ViT(BackboneParts, nn.Module):
         grid = self.stem.grid_for(cfg.img_hw)
         positioned = self.pool.num_prefix if cfg.pos_embed_class else 0  # the [class] token's row in the table
         self.pos = PositionEncoding(
-            cfg.pos_encoding, cfg.pos_injection, cfg.width, cfg.heads, grid, cfg.depth, self.num_prefix, positioned
+            cfg.pos_encoding, cfg.pos_injection, cfg.width, cfg.heads, grid, cfg.depth, self.num_prefix, positioned,
+            {option: getattr(cfg, option) for option in ENCODING_OPTIONS},
         )
         self.pos_drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
@@ -144,9 +151,10 @@ VIT = register(Family(
     defaults={"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 16, "init": "paper"},
     # options only the ViT reads, at the value that means "not used"
     reads={"depth": None, "heads": None, "mlp_dim": None, "stem": "patch", "pos_injection": "stem",
-           "hybrid_layers": (3, 4, 9), "hybrid_width": 64, "reg_tokens": 0, "pos_embed_class": True},
+           "hybrid_layers": (3, 4, 9), "hybrid_width": 64, "reg_tokens": 0, "pos_embed_class": True,
+           **ENCODING_OPTIONS},
     architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
-                  "pos_embed_class"),
+                  "pos_embed_class", "relative_scale"),
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits
     check=check_vit, viz=None, timm_loader=load_timm_vit, timm_options=partial(timm_vit_options, variants=VARIANTS), transfers=True,
 ))
