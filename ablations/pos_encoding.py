@@ -17,7 +17,7 @@ Run:  vit-ablate sweep pos_encoding                      # demo: the paper's 8 c
 import dataclasses
 import itertools
 
-from vit_lightning.ablation import METRIC, Ablation, profile
+from vit_lightning.ablation import METRIC, SHUFFLE_COLUMN, Ablation, profile
 from vit_lightning.model import ENCODING_OPTIONS, ENCODINGS
 
 ENC, INJ, SCALE = "model.pos_encoding", "model.pos_injection", "model.relative_scale"
@@ -47,6 +47,11 @@ RELATIVE_SCALE = dataclasses.replace(
             fixed={"trainer.max_epochs": 7}, seeds=range(5), description="mnist5k, micro ViT/7, CPU, relative_1d's scale"),
     name="relative_scale")
 
+def where_it_acts(cell: dict) -> str | None:
+    """The grid column of a relative encoding: it acts in every block's attention, not at the stem."""
+    return "every block" if ENCODINGS[cell[ENC]].relative else None
+
+
 ABLATION = Ablation(
     name="pos_encoding",
     title="Position encoding and where it is injected",
@@ -57,6 +62,8 @@ ABLATION = Ablation(
     cols=INJ,
     layout="grid",
     baseline={ENC: "none"},  # the paper's claim: every other cell beats it
+    columns=SHUFFLE_COLUMN,  # whether a cell uses position at all: an ignored encoding from one that does not help
+    col_label=where_it_acts,
     reference={
         ("none", "stem"): 0.61382,
         ("learned_1d", "stem"): 0.64206,

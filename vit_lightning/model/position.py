@@ -209,11 +209,15 @@ class Relative1d(Encoding):
         offsets = pos[:, None] - pos[None, :] + n - 1  # (N, N): row i, column j -> offset i - j
         self.register_buffer("index", _offset_index(offsets, 2 * n - 1, self.num_prefix), persistent=False)
 
-    def forward(self, q: torch.Tensor) -> torch.Tensor:
-        """(B, h, T, hd) queries -> (B, h, T, T) additive logits."""
+    def offset_logits(self, q: torch.Tensor) -> torch.Tensor:
+        """(..., hd) queries -> (..., 2N-1 [+3]) logits against every offset embedding (offset i-j at i-j+N-1)."""
         keys = self.table if self.prefix_table is None else torch.cat([self.table, self.prefix_table])
         scale = q.shape[-1] ** -0.5 if self.relative_scale == "sqrt_d" else 1.0
-        logits = (q * scale) @ keys.to(q.dtype).T  # (B, h, T, offsets): every query vs every offset
+        return (q * scale) @ keys.to(q.dtype).T
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        """(B, h, T, hd) queries -> (B, h, T, T) additive logits."""
+        logits = self.offset_logits(q)  # (B, h, T, offsets): every query vs every offset
         return logits.gather(-1, self.index.expand(*logits.shape[:2], -1, -1))  # [i, j] = q_i . r_{i-j}
 
     @torch.no_grad()

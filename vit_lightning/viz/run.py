@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Subset
 from vit_lightning.bookkeeping import one_line
 from vit_lightning.compat.wandb import env_mode
 from vit_lightning.model.family import family_of
+from vit_lightning.model.position import Relative1d
 from vit_lightning.model.stems import PatchStem
 from vit_lightning.trained import Trained, TrainedError, build_data, load_trained
 from vit_lightning.viz import analysis
@@ -66,6 +67,7 @@ class Numbers:
     rollout: np.ndarray | None = None  # (k, H', W') rollout weights on the token grid
     high_norm: np.ndarray | None = None  # (L,) fraction of patch tokens whose output norm is high (analysis.HIGH_NORM)
     entropy: np.ndarray | None = None  # (L,) mean entropy of the patch queries' attention, nats
+    bias_queries: str = ""  # which queries a query-dependent bias (relative_1d) is drawn for
 
 
 def load_run(path: Path, images: int) -> Run:
@@ -109,12 +111,16 @@ def compute(run: Run, chunk: int = 8) -> Numbers:
     with _one_thread():
         tables = analysis.position_tables(vit)
         similarity = None if tables is None else [analysis.cosine_similarity(t).numpy() for t in tables]
-        bias = analysis.relative_bias(vit)
+        bias = analysis.relative_bias(vit, run.images, chunk)
         components = None
         if isinstance(vit.stem, PatchStem):  # the hybrid stem's 1x1 "patches" are ResNet features, not pixels
             comps, ratios = analysis.filter_components(vit.stem.proj.weight, COMPONENTS)
             components = comps.numpy(), ratios.numpy()
         numbers = Numbers(run.title, grid, stride, similarity, None if bias is None else bias.numpy(), components)
+        if isinstance(vit.pos.parts[0], Relative1d):
+            numbers.bias_queries = (f"mean of q.r over the patch queries of {len(run.images)} validation images"
+                                    if run.images is not None and len(run.images) else
+                                    "q.r of the zero-content query (no images: --images 0)")
         if run.images is not None and len(run.images):
             _attention_numbers(vit, run.images, numbers, chunk)
     return numbers
@@ -192,8 +198,9 @@ def draw(numbers: Numbers, out: Path) -> list[Path]:
                                                             "cosine"], _similarity_rows(numbers)))
     elif numbers.bias is not None:
         heads = numbers.bias.shape[1]
-        paths.append(panels_figure(out / "pos_bias.png", panels, f"Relative position bias by offset (query - key)\n"
-                                   f"{numbers.title}", columns=heads, cmap="RdBu_r"))
+        queries = f"\n{numbers.bias_queries}" if numbers.bias_queries else ""
+        paths.append(panels_figure(out / "pos_bias.png", panels, f"Relative position bias by offset (query - key)"
+                                   f"{queries}\n{numbers.title}", columns=heads, cmap="RdBu_r"))
         paths.append(write_csv(out / "pos_bias.csv", ["layer", "head", "d_row", "d_col", "bias"], _bias_rows(numbers)))
     else:
         paths.append(write_note(out / "pos_similarity.txt", "pos_encoding=none: the model has no position "
