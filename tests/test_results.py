@@ -615,9 +615,9 @@ def test_the_shuffle_drop_tells_an_ignored_encoding_from_one_that_does_not_help(
             record["metrics"]["val/shuffle_drop"] = drops[enc][seed]
             path.write_text(json.dumps(record))
     out, md = table(ab, tmp_path)
-    header = md_cells(md, "pos_encoding")
-    assert header[2:4] == ["shuffle drop", "accuracy"]
-    assert md_cells(md, "learned_2d")[2] == "0.1100 ± 0.0100 (n=3)"
+    cells = md[md.index("## Each cell"):]  # one row per cell, after the rows x cols grid
+    assert md_cells(cells, "pos_encoding")[2:4] == ["shuffle drop", "accuracy"]
+    assert md_cells(cells, "learned_2d")[2] == "0.1100 ± 0.0100 (n=3)"
     used = holm([welch_p(drops[e], drops["none"]) for e in ("learned_1d", "relative_1d", "learned_2d")])
     assert used[0] < 0.05 and used[1] >= 0.05 and used[2] < 0.05  # so the data give each kind one cell
     assert ("position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted; "

@@ -10,9 +10,9 @@ the batches fit validates on, so the intact top-1 is the record's val/acc when t
 What a block is depends on the stem. Patch stem: a block is a token, so only the tokens' order changes. Hybrid
 stem: `patch_size` is the image area of one token only where it equals the ResNet's stride (the hybrid ablation
 sets it so), and the ResNet's receptive fields cross the blocks' edges, so a shuffle also changes what tokens see
-at the seams: its drop mixes position with content. Swin (patch 2): a block is a stage-1 token, but windows and
-patch merging group neighbouring tokens, so the drop measures how much the whole hierarchy relies on the layout,
-not its position encoding alone (a Swin without one drops too).
+at the seams: its drop mixes position with content. A family with attention windows (the demo's patch 2): a block
+is a first-stage token, but windows and patch merging group neighbouring tokens, so the drop measures how much the
+whole hierarchy relies on the layout, not its position encoding alone (without an encoding it drops too).
 """
 
 from __future__ import annotations

@@ -189,16 +189,16 @@ def _position_use(data: Data) -> str | None:
             groups.setdefault("helps" if accuracy[i].outcome == "higher" else "no gain", []).append(text)
         else:
             groups.setdefault("ignored", []).append(text)
-    ref = names[base]
-    parts = [f"position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted; "
-             f"{ref} {sum(drops[base]) / len(drops[base]):+.4f}), each cell's drop against {ref}'s (Welch, Holm)"]
+    ref, parts = names[base], []
     for key, what in (("helps", "the encoding is used and helps"),
                       ("no gain", f"the encoding is used but does not help (no accuracy gain over {ref} shown)"),
                       ("ignored", f"the encoding is ignored (drop within seed noise of {ref}'s)"),
                       ("untested", "no test (n<2)")):
         if key in groups:
             parts.append(f"{what}: {', '.join(groups[key])}")
-    return "; ".join(parts)
+    return (f"position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted; "
+            f"{ref} {sum(drops[base]) / len(drops[base]):+.4f}), each cell's drop against {ref}'s (Welch, Holm): "
+            + "; ".join(parts))
 
 
 # ---- the layouts --------------------------------------------------------------------------------
