@@ -3,9 +3,13 @@ encoded one's; val/acc_shuffled and val/shuffle_drop against a pixel-by-pixel sh
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 import torch
+from tiny import TINY_MODEL
 
+from vit_lightning import train
 from vit_lightning.evaluate import accuracy
 from vit_lightning.model import ViT
 from vit_lightning.shuffle import ShuffledAccuracy, block_error, permutations, shuffle_blocks, shuffled_accuracy
@@ -88,3 +92,24 @@ def test_images_that_are_not_whole_patches_are_refused():
 def test_a_bad_permutation_count_is_one_line(count):
     with pytest.raises(ValueError, match=r"run.shuffle_perms must be a count of permutations >= 1 \(0: off\)"):
         ShuffledAccuracy(count)
+
+
+@pytest.mark.slow
+def test_fit_records_the_shuffled_accuracy_and_leaves_training_as_it_was(tmp_path, monkeypatch, only_record):
+    monkeypatch.chdir(tmp_path)
+    tiny = [*TINY_MODEL, "--trainer.max_epochs=1", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2",
+            "--run.fewshot_shots=[]", "--run.wandb=off", "--model.pos_encoding=learned_1d"]
+    assert train.main([*tiny, "--run.root=a"]) == 0
+    assert train.main([*tiny, "--run.root=b", "--run.shuffle_perms=0"]) == 0
+    path, a = only_record(tmp_path / "a")
+    _, b = only_record(tmp_path / "b")
+    assert a["history"] == b["history"] and "val/acc_shuffled" not in b["metrics"]
+    metrics = a["metrics"]
+    assert 0.0 <= metrics["val/acc_shuffled"] <= 1.0
+    # the intact top-1 of the same pass is the last epoch's val/acc (the same 2 batches, the same weights)
+    assert metrics["val/shuffle_drop"] == pytest.approx(metrics["val/acc"] - metrics["val/acc_shuffled"], abs=1e-6)
+    with open(path.parent / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("val/acc_shuffled")]
+    assert len(rows) == 1 and float(rows[0]["val/shuffle_drop"]) == pytest.approx(metrics["val/shuffle_drop"])
+    assert train.main([*tiny, "--run.root=c", "--run.shuffle_perms=-1"]) == 2  # one line, nothing trained
+    assert not (tmp_path / "c").exists()
