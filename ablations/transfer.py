@@ -17,7 +17,7 @@ Run:  vit-ablate sweep pos_encoding && vit-ablate sweep transfer     # demo: mni
       vit-ablate table transfer                                     # the table
 """
 
-from vit_lightning.ablation import METRIC, Ablation, Profile, profile, runs_of
+from vit_lightning.ablation import METRIC, SHUFFLE_COLUMN, Ablation, Profile, profile, runs_of
 
 from . import pos_encoding
 
@@ -52,7 +52,8 @@ ABLATION = Ablation(
     cols=INJ,
     layout="grid",
     replicates=SOURCE,  # the source runs (one per source seed) replicate a cell
-    columns={"transfer/source_acc": "source (its resolution)", "transfer/start_acc": "new resolution, not fine-tuned"},
+    columns={"transfer/source_acc": "source (its resolution)", "transfer/start_acc": "new resolution, not fine-tuned",
+             **SHUFFLE_COLUMN},
     reference={},
     reference_note="the paper reports no per-encoding transfer numbers; the source column is the pos_encoding run",
     profiles={

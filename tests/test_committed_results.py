@@ -64,3 +64,18 @@ def test_second_draw_regenerates_beside_the_first(ablation, folder, profile, tmp
     assert table_main(argv) == 0
     for name in TEXT_FILES:
         assert (out / name).read_bytes() == (committed / name).read_bytes(), f"{ablation}/{folder}/{name} differs"
+
+
+# Further profiles committed in a subfolder of their ablation, each tabulated on its own: (ablation, profile)
+PROFILES = [("pos_encoding", "relative_scale")]
+
+
+@pytest.mark.parametrize("ablation, profile", PROFILES)
+def test_another_profile_regenerates(ablation, profile, tmp_path):
+    committed = RESULTS / ablation / profile
+    out = tmp_path / profile
+    shutil.copytree(committed / "records", out / "records")
+    argv = [ablation, "--profile", profile, "--runs", str(tmp_path / "no-runs"), "--out", str(out), "--no-figures"]
+    assert table_main(argv) == 0
+    for name in TEXT_FILES:
+        assert (out / name).read_bytes() == (committed / name).read_bytes(), f"{ablation}/{profile}/{name} differs"

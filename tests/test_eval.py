@@ -78,12 +78,17 @@ def test_the_same_classes_with_new_head_report_few_shot_only(source, tmp_path, c
     assert cli.main(["eval", str(source), "--shots", "1", "--out", str(out)]) == 0  # the source's own head
     metrics = json.loads(out.read_text())["metrics"]
     assert 0 <= metrics["val/acc"] <= metrics["val/acc5"] <= 1
+    # shuffled patches: the same intact top-1 as val/acc (one model, one split), and so the drop from it
+    assert metrics["val/shuffle_drop"] == pytest.approx(metrics["val/acc"] - metrics["val/acc_shuffled"], abs=1e-6)
+    assert cli.main(["eval", str(source), "--shuffle-perms", "0", "--out", str(out)]) == 0
+    assert "val/acc_shuffled" not in json.loads(out.read_text())["metrics"]
 
 
 @pytest.mark.parametrize("args, words", [
     (["--shots", "0"], "--shots 0: a few-shot k"),
     (["--shots", "5", "-1"], "--shots -1: a few-shot k"),
     (["--device", "cuda:7"], "--device cuda:7: this machine has"),
+    (["--shuffle-perms", "-1"], "--shuffle-perms -1: a count of permutations"),
     (["--device", "tpu9"], "--device tpu9:"),
     (["--out", "{file}/x/e.json"], "is not a folder"),
     (["--out", "{tmp}"], "is a folder"),

@@ -73,8 +73,8 @@ def test_completed_run_is_skipped_unless_retrain(tmp_path, monkeypatch, capsys, 
     assert train.main([*argv, "--run.retrain=true"]) == 0  # same dir: retrain is not part of the run's identity
     path2, second = only_record(tmp_path / "runs")
     assert path2 == path and second["status"] == "completed" and second["history"] == first["history"]
-    # header + val row + train row + few-shot row: the retrain started a fresh metrics.csv
-    assert len((path.parent / "metrics.csv").read_text().splitlines()) == 1 + 3
+    # header + val row + train row + few-shot row + shuffled-patch row: the retrain started a fresh metrics.csv
+    assert len((path.parent / "metrics.csv").read_text().splitlines()) == 1 + 4
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path, monkeypatch, only_record):

@@ -118,10 +118,11 @@ def naive_attention(x, attn, bias_of) -> torch.Tensor:
     return attn.proj(out.reshape(b, t, d))
 
 
-@pytest.mark.parametrize("pooling", ["cls", "gap"])
-def test_relative_1d_equals_naive_attention(pooling):
+@pytest.mark.parametrize("pooling,scale", [("cls", "sqrt_d"), ("gap", "sqrt_d"), ("cls", "none"), ("gap", "none")])
+def test_relative_1d_equals_naive_attention(pooling, scale):
     torch.manual_seed(0)
-    model = ViT("micro", img_size=12, in_chans=1, patch_size=4, pos_encoding="relative_1d", pooling=pooling).double()
+    model = ViT("micro", img_size=12, in_chans=1, patch_size=4, pos_encoding="relative_1d", pooling=pooling,
+                relative_scale=scale).double()
     rel, attn = model.pos.parts[0], model.blocks[0].attn
     p, n = rel.num_prefix, 9
 
@@ -130,7 +131,7 @@ def test_relative_1d_equals_naive_attention(pooling):
             key = rel.prefix_table[0 if j >= p else 1 if i >= p else 2]
         else:
             key = rel.table[(i - p) - (j - p) + n - 1]
-        return q @ key / math.sqrt(q.shape[0])
+        return q @ key / (math.sqrt(q.shape[0]) if scale == "sqrt_d" else 1.0)
 
     x = torch.randn(2, p + n, 64, dtype=torch.float64)
     torch.testing.assert_close(attn(x, rel), naive_attention(x, attn, bias))
@@ -243,7 +244,8 @@ def relative_1d_bias(model: ViT, q: torch.Tensor, query: tuple[int, int], key: t
 def test_resample_relative_1d_keeps_what_an_offset_means(old_img, new_img):
     """4x4 -> 8x8 (and back, and taller): one column right, one row down, and their opposites keep their embedding."""
     torch.manual_seed(0)
-    model = ViT("micro", img_size=old_img, in_chans=1, patch_size=4, pos_encoding="relative_1d", pooling="gap")
+    model = ViT("micro", img_size=old_img, in_chans=1, patch_size=4, pos_encoding="relative_1d", pooling="gap",
+                relative_scale="sqrt_d")
     old = model.pos.parts[0]
     (h, w), table = old.grid, old.table.detach().clone()
     model.resize(new_img)
@@ -271,6 +273,9 @@ def test_resample_relative_1d_keeps_what_an_offset_means(old_img, new_img):
         (dict(stem="conv"), "choose from: patch, hybrid"),
         (dict(variant="XL"), "choose from: micro, Ti, S, B, L, H"),
         (dict(pos_encoding="relative_1d", pos_injection="every_layer"), "allowed: stem"),
+        (dict(pos_encoding="relative_1d", relative_scale="d"), "unknown relative_scale='d'; choose from: sqrt_d, none"),
+        (dict(pos_encoding="learned_1d", relative_scale="sqrt_d"),
+         "model.relative_scale='sqrt_d' applies to pos_encoding=relative_1d only, not pos_encoding=learned_1d"),
         (dict(pos_encoding="sincos_2d", pos_injection="every_layer"), "allowed: stem, every_layer_shared"),
         (dict(stem="hybrid", hybrid_width=48), "hybrid_width a multiple of 32"),
     ],
@@ -290,3 +295,15 @@ def test_config_is_plain_values():
     cfg = micro(stem="hybrid", hybrid_layers=(1, 2)).config.to_dict()
     assert cfg["hybrid_layers"] == [1, 2] and cfg["depth"] == 4 and cfg["width"] == 64
     assert all(v is None or isinstance(v, (int, float, str, list)) for v in cfg.values())
+
+
+@pytest.mark.parametrize("options,expected", [
+    ({"pos_encoding": "relative_1d"}, "sqrt_d"),  # written before the option: it trained with 1/sqrt(head_dim)
+    ({"pos_encoding": "relative_1d", "relative_scale": "none"}, "none"),
+    ({"pos_encoding": "learned_1d"}, None),  # an encoding that does not read it gets nothing
+])
+def test_a_checkpoint_is_read_with_the_relative_scale_it_trained_with(tmp_path, options, expected):
+    from vit_lightning.rundir import read_checkpoint
+
+    torch.save({"state_dict": {}, "hyper_parameters": options}, tmp_path / "last.ckpt")
+    assert read_checkpoint(tmp_path / "last.ckpt")["hyper_parameters"].get("relative_scale") == expected

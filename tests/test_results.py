@@ -589,10 +589,50 @@ def test_tiny_sweep_then_table(tmp_path, monkeypatch):
     out = tmp_path / "results" / "pos_encoding"
     md = (out / "table.md").read_text()
     assert re.fullmatch(r"\d\.\d{4} \(n=1\)", md_cells(md, "none")[1].strip("*"))
-    assert re.fullmatch(r"\d\.\d{4} \(n=1\)", md_cells(md, "relative_1d")[1].strip("*"))
+    every_block = md_cells(md, "pos_encoding").index("every block")  # where a relative encoding acts: its own column
+    assert md_cells(md, "relative_1d")[1] == "N/A"
+    assert re.fullmatch(r"\d\.\d{4} \(n=1\)", md_cells(md, "relative_1d")[every_block].strip("*"))
     assert md_cells(md, "learned_1d")[1] == "missing" and "## Runs not averaged\n\nNone." in md
     csv = pd.read_csv(out / "runs.csv")
     assert sorted(csv[ENC]) == ["none", "relative_1d"] and (csv["params"] > 0).all()
     check_markdown(out / "table.md")
     check_latex(out / "table.tex")
     assert len(list((out / "records").glob("*.json"))) == 2
+
+
+def test_the_shuffle_drop_tells_an_ignored_encoding_from_one_that_does_not_help(tmp_path):
+    """Cells beside their shuffle drop; the result line sorts them by it against the baseline's (Welch, Holm)."""
+    grids = [{ENC: ["none", "learned_1d", "relative_1d", "learned_2d"], INJ: ["stem"]}]
+    ab = dataclasses.replace(make("pos_encoding", ENC, INJ, grids, baseline={ENC: "none"}),
+                             columns=ablations.SHUFFLE_COLUMN)
+    accs = {"none": [0.50, 0.51, 0.52], "learned_1d": [0.80, 0.81, 0.82], "relative_1d": [0.50, 0.52, 0.51],
+            "learned_2d": [0.51, 0.52, 0.50]}
+    drops = {"none": [0.0, 0.001, -0.001], "learned_1d": [0.20, 0.22, 0.21], "relative_1d": [0.002, 0.0, 0.001],
+             "learned_2d": [0.10, 0.12, 0.11]}
+    for enc, values in accs.items():
+        for seed, acc in enumerate(values):
+            name = write_run(tmp_path / "runs", ab, {ENC: enc, INJ: "stem"}, seed, acc)
+            path = tmp_path / "runs" / ab.name / "demo" / name / "results.json"
+            record = json.loads(path.read_text())
+            record["metrics"]["val/shuffle_drop"] = drops[enc][seed]
+            path.write_text(json.dumps(record))
+    out, md = table(ab, tmp_path)
+    cells = md[md.index("## Each cell"):]  # one row per cell, after the rows x cols grid
+    assert md_cells(cells, "pos_encoding")[2:4] == ["shuffle drop", "accuracy"]
+    assert md_cells(cells, "learned_2d")[2] == "0.1100 ± 0.0100 (n=3)"
+    used = holm([welch_p(drops[e], drops["none"]) for e in ("learned_1d", "relative_1d", "learned_2d")])
+    assert used[0] < 0.05 and used[1] >= 0.05 and used[2] < 0.05  # so the data give each kind one cell
+    assert ("position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted; "
+            "none/stem +0.0000), each cell's drop against none/stem's (Welch, Holm): the encoding is used and helps: "
+            "learned_1d/stem (+0.2100); the encoding is used but does not help (no accuracy gain over none/stem "
+            "shown): learned_2d/stem (+0.1100); the encoding is ignored (drop within seed noise of none/stem's): "
+            "relative_1d/stem (+0.0010)") in md
+    assert "val/shuffle_drop" in pd.read_csv(out / "runs.csv").columns
+
+    older = tmp_path / "older"  # records from before the metric: no column, no sentence, as the tables were
+    for enc, values in accs.items():
+        for seed, acc in enumerate(values):
+            write_run(older / "runs", ab, {ENC: enc, INJ: "stem"}, seed, acc)
+    out, md = table(ab, older)
+    assert "shuffle drop" not in md and "position use" not in md
+    assert "val/shuffle_drop" not in pd.read_csv(out / "runs.csv").columns

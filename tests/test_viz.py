@@ -133,6 +133,25 @@ def test_relative_1d_bias_is_what_the_zero_content_query_adds_at_each_2d_offset(
             assert torch.allclose(bias[:, dr + 3, dc + 3], logits[0, :, 1 + i, 1 + j])
 
 
+@pytest.mark.parametrize("scale", ["sqrt_d", "none"])
+def test_relative_1d_bias_with_images_is_q_dot_r_averaged_over_their_patch_queries(scale):
+    torch.manual_seed(0)
+    vit = ViT("micro", img_size=28, in_chans=1, patch_size=7, pos_encoding="relative_1d", relative_scale=scale)
+    vit = vit.double().eval()
+    images = torch.randn(5, 1, 28, 28, dtype=torch.float64)
+    with torch.no_grad():
+        bias = analysis.relative_bias(vit, images, chunk=2)  # (L, heads, 7, 7)
+        x = vit.pool.prepend(vit.stem(images))  # (5, 17, 64): the first block's input (no absolute table)
+        for layer, (block, part) in enumerate(zip(vit.blocks, vit.pos.parts)):
+            q = block.attn.qkv(block.norm1(x))[..., :64].view(5, 17, 4, 16)[:, 1:]  # (B, N, heads, hd) patch queries
+            for dr in range(-3, 4):
+                for dc in range(-3, 4):
+                    r = part.table[dr * 4 + dc + 15]  # raster offset dr * W + dc
+                    expected = (q @ r).mean(dim=(0, 1)) / (4.0 if scale == "sqrt_d" else 1.0)  # (heads,)
+                    torch.testing.assert_close(bias[layer, :, dr + 3, dc + 3], expected)
+            x = block(x, part)
+
+
 def test_filter_components_match_the_covariance_eigenvectors():
     gen = torch.Generator().manual_seed(3)
     basis = torch.linalg.qr(torch.randn(12, 3, generator=gen, dtype=torch.float64))[0].T  # (3, 12) orthonormal

@@ -13,11 +13,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from vit_lightning.bookkeeping import BEST_METRIC, SEED_KEY
+from vit_lightning.bookkeeping import BEST_METRIC, SEED_KEY, SHUFFLE_DROP
 from vit_lightning.defaults import DEMO
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
 
 METRIC = BEST_METRIC
+# top-1 lost when each image's patches are shuffled (vit_lightning/shuffle.py): a column for position ablations
+SHUFFLE_COLUMN = {SHUFFLE_DROP: "shuffle drop"}
 # How an ablation's table reads (Ablation.layout); results/ has one builder per layout.
 LAYOUTS = {
     "grid": "rows x cols (like Table 8); every cell tested against the baseline cell and against the best",
@@ -93,6 +95,8 @@ class Ablation:
     # A swept key whose values replicate a cell, like seeds: the table averages over them (transfer: the source run)
     replicates: str | None = None
     columns: dict[str, str] = field(default_factory=dict)  # further metrics of the record -> column title, mean ± std
+    # the grid table's column for a cell (its values) when not its `cols` value, e.g. where an encoding acts; or None
+    col_label: Any = None
     # patch_size only: top-1 of one published model PI-resized to other patch sizes, beside the transfer view
     patch_transfer_reference: dict = field(default_factory=dict)  # evaluated patch size -> top-1
     patch_transfer_source: str = ""  # the model's patch size (the row label)

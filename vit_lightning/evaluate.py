@@ -3,8 +3,9 @@
 SOURCE is what `fit --model.init_from` takes (a run dir, a .ckpt, timm:NAME, timm:NAME@FILE). The data
 defaults to the run's own; any `--data.*` option changes it (another dataset, another img_size), and the
 position encoding is resampled as fine-tuning would resample it. `--model.patch_size=N` evaluates at another
-patch size, the patch kernel PI-resized (FlexiViT) and the encodings resampled to the new grid. The numbers go to a JSON record beside
-the checkpoint (or --out), or into the run's results.json with --into-record.
+patch size, the patch kernel PI-resized (FlexiViT) and the encodings resampled to the new grid. With the source's head,
+val/acc_shuffled and val/shuffle_drop too (the patches of every image permuted, shuffle.py). The numbers go to a JSON
+record beside the checkpoint (or --out), or into the run's results.json with --into-record.
 
 A head is only as good as the classes it was trained on: on data with another number of classes (or with
 --new-head) the head is new and untrained, so only few-shot (which fits its own linear classifier on the frozen
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -31,7 +31,7 @@ import yaml
 from typing_extensions import override
 
 from vit_lightning import fewshot
-from vit_lightning.bookkeeping import BEST_METRIC, RECORD, now, write_atomic
+from vit_lightning.bookkeeping import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC, now, write_atomic
 from vit_lightning.identity import plain
 from vit_lightning.model.build import build_backbone
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
@@ -45,6 +45,7 @@ from vit_lightning.rundir import (
     read_record,
     update_record,
 )
+from vit_lightning.shuffle import PERMUTATIONS, block_error, shuffled_accuracy, validation_batches
 from vit_lightning.trained import TrainedError, build_data, load_trained
 from vit_lightning.transfer import (
     RESAMPLE,
@@ -103,11 +104,7 @@ class StartAccuracy(pl.Callback):
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.global_step == 0 and trainer.is_global_zero:
-            loader = trainer.datamodule.val_dataloader()
-            limit = trainer.limit_val_batches
-            count = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
-            batches = (batch for _, batch in zip(range(count), loader))
-            self.metrics["transfer/start_acc"] = accuracy(pl_module.model, batches)["val/acc"]
+            self.metrics["transfer/start_acc"] = accuracy(pl_module.model, validation_batches(trainer))["val/acc"]
         for callback in trainer.callbacks:
             if isinstance(callback, RunRecord):
                 callback.add_metrics(self.metrics)
@@ -122,6 +119,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shots", type=int, nargs="*", default=list(fewshot.SHOTS), help="few-shot k ([]: none)")
     p.add_argument("--out", type=Path, default=None, help="JSON record to write (default: beside the checkpoint)")
     p.add_argument("--into-record", action="store_true", help="also add the numbers to the run's results.json")
+    p.add_argument("--shuffle-perms", type=int, default=PERMUTATIONS,
+                   help=f"permutations of each image's patches for val/acc_shuffled (default {PERMUTATIONS}; 0: none)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1")
     p.add_argument("--new-head", action="store_true",
                    help="the data's classes are not the source's: few-shot only (the default when the counts differ)")
@@ -132,6 +131,8 @@ def check_args(args) -> None:
     """--shots, --device, --out and --into-record problems as one-line ValueErrors, before anything runs."""
     if bad := [k for k in args.shots if k < 1]:
         raise ValueError(f"--shots {bad[0]}: a few-shot k is a number of images per class, 1 or more")
+    if args.shuffle_perms < 0:
+        raise ValueError(f"--shuffle-perms {args.shuffle_perms}: a count of permutations, 0 (none) or more")
     check_device(args.device)
     if args.out is not None:
         check_writable(args.out, "--out")
@@ -210,6 +211,8 @@ def run(args, changes: dict) -> tuple[dict, Path]:
         check_writable(out, "the eval record")
     vit.to(args.device)
     metrics = {} if new_head else accuracy(vit, datamodule.val_dataloader(), progress=sys.stderr.isatty())
+    if not new_head and args.shuffle_perms:
+        metrics.update(_shuffled(vit, datamodule, args.shuffle_perms))
     if args.shots:
         metrics.update(fewshot.evaluate(vit, datamodule, tuple(args.shots)))
     record = {"source": {k: v for k, v in about.items() if k != "classes"}, "data": options,
@@ -217,6 +220,14 @@ def run(args, changes: dict) -> tuple[dict, Path]:
               "new_head": new_head,
               "metrics": metrics, "finished_at": now()}
     return record, out
+
+
+def _shuffled(vit, datamodule, count: int) -> dict[str, float]:
+    """val/acc_shuffled and val/shuffle_drop; none (and a note) when the images are not whole patches."""
+    if error := block_error((datamodule.img_size, datamodule.img_size), vit.config.patch_size):
+        print(f"vit-ablate eval: no shuffled-patch accuracy: {error}", file=sys.stderr, flush=True)
+        return {}
+    return shuffled_accuracy(vit, datamodule.val_dataloader(), vit.config.patch_size, count)
 
 
 def _transfers(path: Path) -> bool:
@@ -288,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     if record["new_head"]:
         print(f"few-shot (frozen features; the head is new, so no top-1, top-5 or loss): {shots}\nwrote {out}")
     else:
-        print(f"top-1 {m['val/acc']:.4f}, top-5 {m['val/acc5']:.4f}, loss {m['val/loss']:.4f}"
+        shuffled = f", shuffled top-1 {m[SHUFFLED_ACC]:.4f} (drop {m[SHUFFLE_DROP]:+.4f})" if SHUFFLED_ACC in m else ""
+        print(f"top-1 {m['val/acc']:.4f}, top-5 {m['val/acc5']:.4f}, loss {m['val/loss']:.4f}{shuffled}"
               + (f", {shots}" if shots else "") + f"\nwrote {out}")
     if args.into_record:
         print(f"updated {Path(record['source']['file']).parent / RECORD}")

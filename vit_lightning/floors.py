@@ -9,7 +9,7 @@ FLOORS = (
     ("model", "augment", "data", "rundir", "ablation", "__init__"),  # parts; a run dir's lock, record, checkpoint
     ("transfer",),  # resolve an init_from source, adopt its architecture, reshape its weights
     ("module",),  # the LightningModule
-    ("callbacks", "record", "loggers", "hyperband", "trained", "fewshot", "evaluate"),  # what fit attaches; a trained run
+    ("callbacks", "record", "loggers", "hyperband", "trained", "fewshot", "shuffle", "evaluate"),  # what fit attaches; a trained run
     ("train",),  # `vit-ablate fit`
     ("sweep", "results", "viz", "bench"),  # the commands around fit
     ("cli",),  # `vit-ablate`

@@ -34,6 +34,7 @@ from typing_extensions import override
 
 from vit_lightning.bookkeeping import FINAL, LAST_CKPT, RECORD, one_line, write_atomic
 from vit_lightning.identity import plain
+from vit_lightning.model.position import trained_options
 
 LOCK = ".lock"
 ENV_FD = "VIT_ABLATE_RUN_LOCK_FD"  # a lock on this run dir that the parent (the sweep) took for this process
@@ -222,6 +223,7 @@ def read_checkpoint(path: Path) -> dict:
     if not isinstance(state, dict) or not {"state_dict", "hyper_parameters"} <= set(state):
         raise RunDirError(f"cannot load checkpoint {ckpt}: not a `vit-ablate fit` checkpoint "
                           "(no state_dict and hyper_parameters)")
+    state["hyper_parameters"] = trained_options(dict(state["hyper_parameters"]))  # one written before an option
     return state
 
 

@@ -38,6 +38,7 @@ from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, trial_name
 from vit_lightning.module import ViTClassifier
 from vit_lightning.record import RunRecord, model_facts
 from vit_lightning.rundir import RunDir, resume_point, use_atomic_checkpoints
+from vit_lightning.shuffle import PERMUTATIONS, ShuffledAccuracy
 from vit_lightning.slurm_tasks import task_error
 
 # Every fit's trainer defaults; with no options `fit` trains the demo (defaults.DEMO). GPU users add
@@ -81,6 +82,9 @@ class FitCLI(LightningCLI):
                             help="k of the few-shot linear evaluation at the end of fit ([]: none).")
         parser.add_argument("--run.fewshot_every", type=int, default=0,
                             help="Also evaluate few-shot every N epochs (0: only at the end).")
+        parser.add_argument("--run.shuffle_perms", type=int, default=PERMUTATIONS,
+                            help="Permutations of each validation image's patches measured at the end of fit "
+                                 "(val/acc_shuffled, val/shuffle_drop; 0: none).")
         parser.add_argument("--run.ddp_timeout_s", type=float, default=DDP_TIMEOUT_S,
                             help="Seconds a DDP collective waits for a silent rank before the run fails.")
         # The demo's settings, typed as if given on the command line (its warmup_epochs 1 is the float 1.0).
@@ -151,6 +155,7 @@ class FitCLI(LightningCLI):
                             enable_version_counter=False),
             *([StartAccuracy(self.source)] if self.source else []),  # before any fine-tuning step
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
+            *([ShuffledAccuracy(perms)] if (perms := config["run.shuffle_perms"]) else []),
             divergence,
             self.stop,
             self.run_record,
@@ -258,7 +263,7 @@ def _say(line: str) -> None:
 
 # fit options added after the earlier naming rule: left out of the name that rule would have given
 ADDED_SINCE_EARLIER = ("model.layer_scale", "model.reg_tokens", "model.qk_norm", "model.pos_embed_class", "model.rope_theta",
-                       "model.rope_coords")
+                       "model.rope_coords", "model.relative_scale")
 # options that had one default for every family when runs were first named, and a family's own default since: at
 # the family's default they are not hashed, so no earlier run is renamed
 FAMILY_DEFAULT_SINCE = ("init",)

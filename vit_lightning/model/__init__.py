@@ -6,11 +6,11 @@ from vit_lightning.model.build import build_backbone, timm_twin
 from vit_lightning.model.config import ViTConfig
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, Backbone, Family, family_of
 from vit_lightning.model.pooling import HEADS, POOLINGS
-from vit_lightning.model.position import ENCODINGS, INJECTIONS
+from vit_lightning.model.position import ENCODING_OPTIONS, ENCODINGS, INJECTIONS
 from vit_lightning.model.stems import STEMS
 from vit_lightning.model.timm_weights import load_timm_weights
 
 __all__ = [
-    "DEFAULT_ARCH", "ENCODINGS", "FAMILIES", "HEADS", "INJECTIONS", "POOLINGS", "STEMS", "VARIANTS", "Backbone",
+    "DEFAULT_ARCH", "ENCODING_OPTIONS", "ENCODINGS", "FAMILIES", "HEADS", "INJECTIONS", "POOLINGS", "STEMS", "VARIANTS", "Backbone",
     "Family", "Swin", "ViT", "ViTConfig", "build_backbone", "family_of", "load_timm_weights", "timm_twin",
 ]

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, unread_error
 from vit_lightning.model.pooling import HEADS
+from vit_lightning.model.position import ENCODING_OPTIONS
 
 
 def check_choice(option: str, value, choices) -> None:
@@ -37,6 +38,8 @@ class ViTConfig:
         mlp_dim: hidden size of the blocks' MLP, overriding the variant's.
         pos_encoding: position encoding, a name in position.ENCODINGS (default learned_1d); for swin none,
             learned_1d, relative_bias_2d or learned_1d+relative_bias_2d (default relative_bias_2d).
+        relative_scale: relative_1d only: its q.r logits divided by sqrt(head_dim) (sqrt_d, as the content
+            logits) or unscaled (none); the paper leaves it open.
         pos_injection: where the encoding enters (stem, every_layer, every_layer_shared), as the encoding allows.
         pooling: tokens to one vector (default cls; swin: gap only), a name in POOLINGS: cls ([class] token), gap (the paper's: final
             LayerNorm on every token, then the mean), gap_fcnorm (timm's: mean, then LayerNorm),
@@ -81,6 +84,7 @@ class ViTConfig:
     mlp_dim: int | None = None
     pos_encoding: str | None = None
     pos_injection: str = "stem"
+    relative_scale: str = ENCODING_OPTIONS["relative_scale"]
     pooling: str | None = None
     stem: str = "patch"
     hybrid_layers: tuple[int, ...] = field(default=(3, 4, 9))

@@ -178,6 +178,15 @@ class SinCos2d(Encoding):
         self.register_buffer("table", table, persistent=False)  # recomputed, never saved
 
 
+RELATIVE_SCALES = ("sqrt_d", "none")  # relative_1d's q.r logits: divided by sqrt(head_dim), or not
+# Options an encoding may read (Encoding.reads), with their defaults (ViTConfig's): another encoding refuses them.
+# relative_scale: chosen by a measurement (results/pos_encoding/relative_scale, README)
+# rope_theta (None: the kind's default, rope.DEFAULT_THETA) and rope_coords: RoPE's (rope.py)
+ENCODING_OPTIONS = {"relative_scale": "none", "rope_theta": None, "rope_coords": "patch"}
+# What each option was before it existed: a checkpoint without it trained with this (see `trained_options`)
+BEFORE_OPTIONS = {"relative_scale": "sqrt_d"}
+
+
 def _offset_index(offsets: torch.Tensor, num_offsets: int, num_prefix: int) -> torch.Tensor:
     """Extend an (N, N) patch-offset index to (T, T): prefix pairs get three extra entries of their own
     (prefix query -> patch, patch query -> prefix, prefix -> prefix), as BEiT does for its [class] token."""
@@ -195,15 +204,20 @@ class Relative1d(Encoding):
     """The paper's relative encoding: an embedding per 1-D offset between query and key patches.
 
     The offset embeddings act as keys for the content query; their logits are added to the content
-    logits before the softmax (scaled like them, as in Shaw et al.). Heads share the embeddings.
+    logits before the softmax. Heads share the embeddings. The paper leaves the scale of these logits
+    open: `relative_scale` sqrt_d divides them by sqrt(head_dim) like the content logits (Shaw et al.),
+    none adds q.r unscaled.
     """
 
-    relative, injections = True, ("stem",)  # acts inside every attention layer already
+    relative, injections, reads = True, ("stem",), ("relative_scale",)  # acts inside every attention layer already
     on_resize = "each new 1-D offset takes the old embedding of the 2-D offset it stands for"
 
-    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int,
+                 relative_scale: str = ENCODING_OPTIONS["relative_scale"]):
         super().__init__()
-        self.num_prefix = num_prefix
+        if relative_scale not in RELATIVE_SCALES:
+            raise ValueError(f"unknown relative_scale={relative_scale!r}; choose from: {', '.join(RELATIVE_SCALES)}")
+        self.num_prefix, self.relative_scale = num_prefix, relative_scale
         self.table = nn.Parameter(torch.randn(2 * grid[0] * grid[1] - 1, dim // heads) * 0.02)  # (2N-1, hd)
         self.prefix_table = nn.Parameter(torch.randn(3, dim // heads) * 0.02) if num_prefix else None
         self._set_grid(grid)
@@ -215,10 +229,15 @@ class Relative1d(Encoding):
         offsets = pos[:, None] - pos[None, :] + n - 1  # (N, N): row i, column j -> offset i - j
         self.register_buffer("index", _offset_index(offsets, 2 * n - 1, self.num_prefix), persistent=False)
 
+    def offset_logits(self, q: torch.Tensor) -> torch.Tensor:
+        """(..., hd) queries -> (..., 2N-1 [+3]) logits against every offset embedding (offset i-j at i-j+N-1)."""
+        keys = self.table if self.prefix_table is None else torch.cat([self.table, self.prefix_table])
+        scale = q.shape[-1] ** -0.5 if self.relative_scale == "sqrt_d" else 1.0
+        return (q * scale) @ keys.to(q.dtype).T
+
     def forward(self, q: torch.Tensor) -> torch.Tensor:
         """(B, h, T, hd) queries -> (B, h, T, T) additive logits."""
-        keys = self.table if self.prefix_table is None else torch.cat([self.table, self.prefix_table])
-        logits = (q * q.shape[-1] ** -0.5) @ keys.to(q.dtype).T  # (B, h, T, offsets): every query vs every offset
+        logits = self.offset_logits(q)  # (B, h, T, offsets): every query vs every offset
         return logits.gather(-1, self.index.expand(*logits.shape[:2], -1, -1))  # [i, j] = q_i . r_{i-j}
 
     @torch.no_grad()
@@ -450,13 +469,19 @@ ENCODINGS: dict[str, type[Encoding]] = {
 }
 
 
+def trained_options(options: dict) -> dict:
+    """A checkpoint's model options, with the encoding's options it predates set as it trained (BEFORE_OPTIONS)."""
+    kind = ENCODINGS.get(options.get("pos_encoding"))
+    return {**{k: BEFORE_OPTIONS[k] for k in (kind.reads if kind else ()) if k in BEFORE_OPTIONS}, **options}
+
+
 class PositionEncoding(nn.Module):
     """The chosen encoding, injected where asked: at the stem, or at the input of every block.
 
     `num_prefix` tokens precede the patches; the first `positioned` of them (the [class] token, when the
     table covers it) are an absolute encoding's to place; the rest (registers) get no position. A rotary
-    encoding has one copy per block in `rotations` and its `table` (if any) in `parts`; `options` holds the
-    ViTConfig values it `reads`.
+    encoding has one copy per block in `rotations` and its `table` (if any) in `parts`; `options` holds
+    ENCODING_OPTIONS values: the encoding gets those it `reads`.
     """
 
     def __init__(self, name: str, injection: str, dim: int, heads: int, grid, depth: int, num_prefix: int,
@@ -467,18 +492,17 @@ class PositionEncoding(nn.Module):
         positioned = num_prefix if positioned is None else positioned
         self.positioned, self.unpositioned = positioned, num_prefix - positioned
         copies = depth if (self.relative or injection == "every_layer") else 1
-        self.relative, self.conditional, self.injection = kind.relative, kind.conditional, injection
-        positioned = num_prefix if positioned is None else positioned
-        self.positioned, self.unpositioned = positioned, num_prefix - positioned
-        copies = depth if (self.relative or injection == "every_layer") else 1
         if self.conditional and injection == "every_layer":
             copies = depth - 1  # between blocks: after every block but the last
         # relative encodings bias every prefix token alike; conditional ones pass them all through
         prefix = num_prefix if self.relative or self.conditional else positioned
-        table = kind.table if kind.rotary else kind
-        self.parts = nn.ModuleList(table(dim, heads, grid, prefix) for _ in range(copies))
-        rotations = (kind(dim, heads, grid, num_prefix, **(options or {})) for _ in range(depth if kind.rotary else 0))
-        self.rotations = nn.ModuleList(rotations)  # every prefix token is left unturned
+        options = {k: v for k, v in (options or {}).items() if k in kind.reads}  # ENCODING_OPTIONS this one reads
+        if kind.rotary:  # the rotation in every block, the table (if any) at the stem
+            self.parts = nn.ModuleList(kind.table(dim, heads, grid, prefix) for _ in range(copies))
+            self.rotations = nn.ModuleList(kind(dim, heads, grid, num_prefix, **options) for _ in range(depth))
+        else:
+            self.parts = nn.ModuleList(kind(dim, heads, grid, prefix, **options) for _ in range(copies))
+            self.rotations = nn.ModuleList()
 
     @property
     def grid(self) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from vit_lightning.model.config import ViTConfig, check_choice
 from vit_lightning.model.family import BackboneParts, Family, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
-from vit_lightning.model.position import ENCODINGS, INJECTIONS, PositionEncoding
+from vit_lightning.model.position import ENCODING_OPTIONS, ENCODINGS, INJECTIONS, RELATIVE_SCALES, PositionEncoding
 from vit_lightning.model.rope import COORDS, check_head_dim
 from vit_lightning.model.stems import STEMS
 from vit_lightning.model.timm_weights import load_timm_vit, timm_vit_options
@@ -25,7 +25,6 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
     "L": (24, 1024, 4096, 16),
     "H": (32, 1280, 5120, 16),
 }
-ROPE_UNUSED = {"rope_theta": None, "rope_coords": "patch"}  # RoPE's options at the values that mean "not set"
 
 
 def check_vit(cfg: ViTConfig) -> None:
@@ -34,6 +33,12 @@ def check_vit(cfg: ViTConfig) -> None:
     check_choice("pooling", cfg.pooling, POOLINGS)
     check_choice("stem", cfg.stem, STEMS)
     check_choice("init", cfg.init, INITS)
+    check_choice("relative_scale", cfg.relative_scale, RELATIVE_SCALES)
+    for option, default in ENCODING_OPTIONS.items():  # an encoding's own option, set for another encoding
+        if getattr(cfg, option) != default and option not in ENCODINGS[cfg.pos_encoding].reads:
+            readers = [name for name, kind in ENCODINGS.items() if option in kind.reads]
+            raise ValueError(f"model.{option}={getattr(cfg, option)!r} applies to pos_encoding={' or '.join(readers)} "
+                             f"only, not pos_encoding={cfg.pos_encoding}")
     allowed = ENCODINGS[cfg.pos_encoding].injections
     if cfg.pos_injection not in allowed:
         raise ValueError(
@@ -67,14 +72,9 @@ def check_vit(cfg: ViTConfig) -> None:
 
 def check_rope(cfg: ViTConfig) -> None:
     """RoPE's options: with a rotary encoding only, a positive theta, a known convention, a head width it can split."""
-    kind = ENCODINGS[cfg.pos_encoding]
     check_choice("rope_coords", cfg.rope_coords, COORDS)
-    if not kind.rotary:
-        given = [f"model.{k}={getattr(cfg, k)!r}" for k, unused in ROPE_UNUSED.items() if getattr(cfg, k) != unused]
-        if given:
-            rotary = ", ".join(k for k, v in ENCODINGS.items() if v.rotary)
-            raise ValueError(f"{', '.join(given)} applies to RoPE only ({rotary}), not pos_encoding={cfg.pos_encoding!r}")
-        return
+    if not ENCODINGS[cfg.pos_encoding].rotary:
+        return  # its options set for another encoding: refused by check_vit
     if cfg.rope_theta is not None and not cfg.rope_theta > 0:
         raise ValueError(f"rope_theta must be a positive base frequency (or None: NAVER's default), got {cfg.rope_theta!r}")
     check_head_dim(cfg.width // cfg.heads)
@@ -167,9 +167,9 @@ VIT = register(Family(
     # options only the ViT reads, at the value that means "not used"
     reads={"depth": None, "heads": None, "mlp_dim": None, "stem": "patch", "pos_injection": "stem",
            "hybrid_layers": (3, 4, 9), "hybrid_width": 64, "reg_tokens": 0, "pos_embed_class": True,
-           "rope_theta": None, "rope_coords": "patch"},
+           **ENCODING_OPTIONS},
     architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
-                  "pos_embed_class", "rope_theta", "rope_coords"),
+                  "pos_embed_class", *ENCODING_OPTIONS),
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits
     check=check_vit, viz=None, timm_loader=load_timm_vit, timm_options=partial(timm_vit_options, variants=VARIANTS), transfers=True,
 ))

@@ -68,6 +68,7 @@ def runs_frame(ablation: Any, profile: Any, records: list[dict]) -> pd.DataFrame
     columns = ["name", "status", *keys, "seed", *(["replicate"] if replicates else []), ablation.metric, *extra,
                "val/acc", *COMPUTE, "cell", "note", "error", "time"]
     frame = pd.DataFrame(rows, columns=list(dict.fromkeys(columns)))
+    frame = frame.drop(columns=[m for m in extra if m in frame and frame[m].isna().all()])  # no record holds it yet
     frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").round().astype("Int64")
     by = keys if getattr(profile, "search", None) else ["cell"]  # a search's points are no designed cells
     frame = _mark_superseded(frame, [*by, "seed", *(["replicate"] if replicates else [])])
@@ -104,8 +105,9 @@ def cell_frame(ablation: Any, profile: Any, runs: pd.DataFrame) -> pd.DataFrame:
         mean, std, n = summarize(values)
         compute = {k: pd.to_numeric(mine[k], errors="coerce").mean() for k in COMPUTE}
         extra = {}
-        for m in getattr(ablation, "columns", {}):  # (mean, std, n) of each further metric
-            extra[m] = summarize([v for v in pd.to_numeric(mine[m], errors="coerce") if math.isfinite(v)])
+        for m in getattr(ablation, "columns", {}):  # (mean, std, n) of each further metric (none: no record has it)
+            held = pd.to_numeric(mine[m], errors="coerce") if m in mine else []
+            extra[m] = summarize([v for v in held if math.isfinite(v)])
         rows.append({"cell": index, **cell, "values": values, "n": n, "mean": mean, "std": std, **compute, **extra,
                      "paper": paper_value(ablation, cell)})
     cells = pd.DataFrame(rows)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pandas as pd
 
+from vit_lightning.bookkeeping import SHUFFLE_DROP
 from vit_lightning.results import plots
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.results.patch_transfer import PATCH, transfer_tables
@@ -156,6 +158,49 @@ def _artifacts(data: Data) -> str | None:
     return f"high-norm patch tokens appear: up to {worst:.1%} of them ({_names(data)[index]}, {data.ablation.columns[key]})"
 
 
+def _measured(data: Data) -> dict[str, str]:
+    """The ablation's further columns that some record holds (records older than a metric leave it out)."""
+    return {k: title for k, title in data.ablation.columns.items() if data.cells[k].map(lambda m: m[2] > 0).any()}
+
+
+def _drops(data: Data) -> dict[int, list[float]]:
+    """Each cell's shuffle drops, one per averaged run that measured it."""
+    runs = data.runs[data.runs["note"] == ""]
+    return {i: [v for v in pd.to_numeric(runs[runs["cell"] == i][SHUFFLE_DROP], errors="coerce") if math.isfinite(v)]
+            for i in data.cells.index}
+
+
+def _position_use(data: Data) -> str | None:
+    """Which cells use position (a shuffle drop above the baseline's by more than seed noise), and whether that
+    helps (accuracy above the baseline's): an encoding that is ignored from one that does not help. None: unmeasured."""
+    base = _baseline(data)
+    if SHUFFLE_DROP not in _measured(data) or base is None or not (drops := _drops(data))[base]:
+        return None
+    cells, names = data.cells, _names(data)
+    others = [i for i in cells.index if i != base and drops[i]]
+    used = dict(zip(others, compare([drops[i] for i in others], drops[base])))
+    accuracy = _family(cells, others, base, "baseline")
+    groups: dict[str, list[str]] = {}
+    for i in others:
+        text = f"{names[i]} ({used[i].diff + sum(drops[base]) / len(drops[base]):+.4f})"
+        if used[i].holm is None:
+            groups.setdefault("untested", []).append(text)
+        elif used[i].outcome == "higher":
+            groups.setdefault("helps" if accuracy[i].outcome == "higher" else "no gain", []).append(text)
+        else:
+            groups.setdefault("ignored", []).append(text)
+    ref, parts = names[base], []
+    for key, what in (("helps", "the encoding is used and helps"),
+                      ("no gain", f"the encoding is used but does not help (no accuracy gain over {ref} shown)"),
+                      ("ignored", f"the encoding is ignored (drop within seed noise of {ref}'s)"),
+                      ("untested", "no test (n<2)")):
+        if key in groups:
+            parts.append(f"{what}: {', '.join(groups[key])}")
+    return (f"position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted; "
+            f"{ref} {sum(drops[base]) / len(drops[base]):+.4f}), each cell's drop against {ref}'s (Welch, Holm): "
+            + "; ".join(parts))
+
+
 # ---- the layouts --------------------------------------------------------------------------------
 
 def build_grid(data: Data) -> Report:
@@ -164,19 +209,23 @@ def build_grid(data: Data) -> Report:
     tables: list[Table] = []
     two_d = bool(ab.cols) and set(keys) == {ab.rows, ab.cols}
     if two_d:
-        frame = cells.assign(row=cells[ab.rows].map(fmt_value), col=cells[ab.cols].map(fmt_value))
+        own = getattr(ab, "col_label", None) or (lambda cell: None)
+        frame = cells.assign(row=cells[ab.rows].map(fmt_value),
+                             col=[own({k: c[k] for k in keys}) or fmt_value(c[ab.cols]) for _, c in cells.iterrows()])
         tables.append(grid_table(frame, label(ab.rows), "Ours beside the paper", _unique(frame["row"]),
                                  _unique(frame["col"])))
     families, seen, tests = _comparisons(data)
     refs = [f"the baseline {n}" if n != "best" else "the best cell" for n, _ in families]
     caption = f"Each cell against {' and against '.join(refs)}" if refs else "Each cell"
     tables.append(comparison_table(cells, keys, caption, families,
-                                   paper=not two_d and cells["paper"].notna().any(), extra=ab.columns))
+                                   paper=not two_d and cells["paper"].notna().any(), extra=_measured(data)))
     if data.other is not None:
         table, text = _replication(data, families)
         tables, seen = tables + [table], seen + [text]
     if artifacts := _artifacts(data):
         seen.append(artifacts)
+    if use := _position_use(data):
+        seen.append(use)
     return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs")
 
 

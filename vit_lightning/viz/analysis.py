@@ -30,35 +30,59 @@ def cosine_similarity(table: torch.Tensor) -> torch.Tensor:
     return unit @ unit.T
 
 
-def relative_bias(vit) -> torch.Tensor | None:
+def relative_bias(vit, images: torch.Tensor | None = None, chunk: int = 8) -> torch.Tensor | None:
     """The attention-logit bias of a relative encoding per layer and head, by 2-D offset (query - key).
 
     Returns (L, heads, 2H-1, 2W-1), or None for absolute encodings. `relative_bias_2d` learns this
-    table directly. `relative_1d`'s bias depends on the query; we show its query-independent part:
-    the query of a token whose normalised content is zero, LN bias -> W_q (plus b_q), against every offset.
-    `alibi_2d`'s is fixed and the same in every layer: one row, (1, heads, 2H-1, 2W-1).
+    table directly. `relative_1d`'s bias depends on the query: with `images`, the mean of q.r over their
+    patch queries (the bias the data meets on average); without, the query of a token whose normalised
+    content is zero (LN bias -> W_q, plus b_q), the query-independent part. `alibi_2d`'s is fixed and the
+    same in every layer: one row, (1, heads, 2H-1, 2W-1).
     """
     if not vit.pos.relative:
         return None
     if isinstance(vit.pos.parts[0], Alibi2d):
         return alibi_bias(len(vit.pos.parts[0].slopes), vit.pos.grid)[None]
+    queries = mean_queries(vit, images, chunk) if images is not None and len(images) else None
     out = []
-    for block, part in zip(vit.blocks, vit.pos.parts):
+    for i, (block, part) in enumerate(zip(vit.blocks, vit.pos.parts)):
         if isinstance(part, RelativeBias2d):
             out.append(part.table.detach().double())  # (h, 2H-1, 2W-1)
         elif isinstance(part, Relative1d):
-            out.append(_relative_1d_bias(block, part))
+            out.append(_relative_1d_bias(block, part, None if queries is None else queries[i]))
         else:
             raise TypeError(f"no offset map for relative encoding {type(part).__name__}")
     return torch.stack(out)
 
 
-def _relative_1d_bias(block, part: Relative1d) -> torch.Tensor:
-    """(h, 2H-1, 2W-1) logits of the input-independent query against each raster offset, laid out in 2-D."""
+@torch.no_grad()
+def mean_queries(vit, images: torch.Tensor, chunk: int = 8) -> list[torch.Tensor]:
+    """Per block, the mean query (heads, hd) its relative encoding receives from the patch tokens of `images`."""
+    sums, count = [0.0] * len(vit.pos.parts), 0
+
+    def keep(i):
+        def hook(_module, args):
+            sums[i] = sums[i] + args[0][:, :, vit.num_prefix:].double().sum(dim=(0, 2))  # (B, h, T, hd) -> (h, hd)
+        return hook
+
+    hooks = [part.register_forward_pre_hook(keep(i)) for i, part in enumerate(vit.pos.parts)]
+    try:
+        for start in range(0, len(images), chunk):
+            vit(images[start: start + chunk])
+        count = len(images) * vit.pos.grid[0] * vit.pos.grid[1]
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [s / count for s in sums]
+
+
+def _relative_1d_bias(block, part: Relative1d, query: torch.Tensor | None = None) -> torch.Tensor:
+    """(h, 2H-1, 2W-1) logits of `query` (heads, hd; default: the zero-content one) against each offset, in 2-D."""
     attn, (h, w) = block.attn, part.grid
     dim = attn.proj.in_features
-    q0 = attn.qkv(block.norm1.bias.detach())[:dim].double().view(attn.heads, -1)  # (heads, hd)
-    logits = q0 @ part.table.detach().double().T * q0.shape[-1] ** -0.5  # (heads, 2N-1), offset i-j at i-j+N-1
+    if query is None:
+        query = attn.q_norm(attn.qkv(block.norm1.bias.detach())[:dim].view(attn.heads, -1))  # (heads, hd)
+    logits = part.offset_logits(query.double()).detach()[:, : 2 * h * w - 1]  # (heads, 2N-1): the patch offsets
     dr = torch.arange(-(h - 1), h)[:, None]
     dc = torch.arange(-(w - 1), w)[None, :]
     raster = dr * w + dc + h * w - 1  # 2-D offset (dr, dc) -> raster offset dr*W + dc, shifted to an index

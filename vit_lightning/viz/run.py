@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Subset
 from vit_lightning.bookkeeping import one_line
 from vit_lightning.compat.wandb import env_mode
 from vit_lightning.model.family import family_of
+from vit_lightning.model.position import Relative1d
 from vit_lightning.model.stems import PatchStem
 from vit_lightning.trained import Trained, TrainedError, build_data, load_trained
 from vit_lightning.viz import analysis, rope
@@ -70,6 +71,7 @@ class Numbers:
     rope_freqs: np.ndarray | None = None  # (L, 2, heads, hd/2) rope_mixed's learned frequencies; None: fixed
     rope_logits: np.ndarray | None = None  # (L, heads, 2H-1, 2W-1) mean attention logit by offset, first image chunk
     kernels: np.ndarray | None = None  # (PEGs, D, 3, 3) a `peg` encoding's depthwise kernels
+    bias_queries: str = ""  # which queries a query-dependent bias (relative_1d) is drawn for
 
 
 def load_run(path: Path, images: int) -> Run:
@@ -113,7 +115,7 @@ def compute(run: Run, chunk: int = 8) -> Numbers:
     with _one_thread():
         tables = analysis.position_tables(vit)
         similarity = None if tables is None else [analysis.cosine_similarity(t).numpy() for t in tables]
-        bias = analysis.relative_bias(vit)
+        bias = analysis.relative_bias(vit, run.images, chunk)
         components = None
         if isinstance(vit.stem, PatchStem):  # the hybrid stem's 1x1 "patches" are ResNet features, not pixels
             comps, ratios = analysis.filter_components(vit.stem.proj.weight, COMPONENTS)
@@ -123,6 +125,10 @@ def compute(run: Run, chunk: int = 8) -> Numbers:
             numbers.rope, numbers.rope_freqs = vit.config.pos_encoding, rope.learned_frequencies(vit)
         if (kernels := analysis.peg_kernels(vit)) is not None:
             numbers.kernels = kernels.numpy()
+        if isinstance(vit.pos.parts[0], Relative1d):
+            numbers.bias_queries = (f"mean of q.r over the patch queries of {len(run.images)} validation images"
+                                    if run.images is not None and len(run.images) else
+                                    "q.r of the zero-content query (no images: --images 0)")
         if run.images is not None and len(run.images):
             _attention_numbers(vit, run.images, numbers, chunk)
     return numbers
@@ -219,8 +225,9 @@ def draw(numbers: Numbers, out: Path) -> list[Path]:
                                                             "cosine"], _similarity_rows(numbers)))
     elif numbers.bias is not None:
         heads = numbers.bias.shape[1]
-        paths.append(panels_figure(out / "pos_bias.png", panels, f"Relative position bias by offset (query - key)\n"
-                                   f"{numbers.title}", columns=heads, cmap="RdBu_r"))
+        queries = f"\n{numbers.bias_queries}" if numbers.bias_queries else ""
+        paths.append(panels_figure(out / "pos_bias.png", panels, f"Relative position bias by offset (query - key)"
+                                   f"{queries}\n{numbers.title}", columns=heads, cmap="RdBu_r"))
         paths.append(write_csv(out / "pos_bias.csv", ["layer", "head", "d_row", "d_col", "bias"], _bias_rows(numbers)))
     elif numbers.rope:
         paths.append(write_note(out / "pos_similarity.txt", f"pos_encoding={numbers.rope}: RoPE turns queries and keys "
