@@ -161,26 +161,50 @@ def test_peak_of_a_parabola_in_log_lr():
 
 
 
-# The committed cls_vs_gap demo's cells (means, per-seed sds over its 7 lrs), as the truth to simulate from.
+# The truth to simulate from: the committed cls_vs_gap demo's curves (each set-up's mean and seed sd per lr, read
+# from its records, whatever grid they were made with), and a parabola whose optimum lies between grid points.
 SIM_LRS = [0.00025 * 2**k for k in range(7)]
-SIM_CURVES = {
-    "gap/linear": ([0.497, 0.636, 0.751, 0.832, 0.805, 0.773, 0.651], [0.026, 0.030, 0.025, 0.011, 0.059, 0.033, 0.091]),
-    "cls/mlp_tanh": ([0.335, 0.488, 0.531, 0.596, 0.616, 0.580, 0.430], [0.039, 0.020, 0.042, 0.171, 0.080, 0.108, 0.136]),
-    "parabola": ([0.9 - 0.03 * math.log2(lr / 0.0015) ** 2 for lr in SIM_LRS], [0.02] * 7),  # optimum between points
-}
+COMMITTED = Path(__file__).resolve().parent.parent / "results" / "cls_vs_gap" / "records"
+
+
+def committed_curves() -> dict[str, tuple[list[float], list[float], list[float]]]:
+    """Set-up -> (lrs, mean, seed sd) of the committed demo records' val/acc_best; sd floored at 0.005 (n=1)."""
+    rows = [(f"{r['config']['model.pooling']}/{r['config']['model.head']}", float(r["config"]["model.lr"]),
+             float(r["metrics"]["val/acc_best"])) for r in store.load_records(COMMITTED)
+            if r.get("profile") == "demo" and r.get("status") == "completed"]
+    cells = pd.DataFrame(rows, columns=["setup", "lr", "acc"]).groupby(["setup", "lr"])["acc"].agg(["mean", "std"])
+    curves = {}
+    for setup, curve in cells.groupby(level="setup"):
+        lrs = curve.index.get_level_values("lr").tolist()
+        curves[setup] = (lrs, curve["mean"].tolist(), curve["std"].fillna(0).clip(lower=0.005).tolist())
+    return curves
+
+
+def sim_curves() -> dict[str, tuple[list[float], list[float], list[float]]]:
+    parabola = [0.9 - 0.03 * math.log2(lr / 0.0015) ** 2 for lr in SIM_LRS]
+    return {**committed_curves(), "parabola": (SIM_LRS, parabola, [0.02] * len(SIM_LRS))}
+
+
+def test_the_committed_curves_are_read_from_the_records():
+    curves = committed_curves()
+    assert {"cls/mlp_tanh", "gap/linear", "cls/linear"} <= set(curves)
+    for lrs, mean, sd in curves.values():  # every lr of the committed grid, its cell's mean and spread
+        assert len(lrs) >= 5 and lrs == sorted(lrs) and len(mean) == len(sd) == len(lrs)
+        assert all(0.1 < m < 1 for m in mean) and all(0.005 <= v < 0.2 for v in sd)
 
 
 @pytest.mark.parametrize("n", [3, 5])
 def test_the_optimum_interval_has_its_coverage_and_equal_optima_rarely_differ(n):
-    """Seeds drawn from known curves: the 95% interval covers the true fitted optimum >= 93% of the time,
+    """Seeds drawn from the committed curves: the 95% interval covers the true fitted optimum >= 93% of the time,
     and two set-ups with the same curve are called different <= 6% of the time."""
     rng, reps = np.random.default_rng(n), 150
-    for name, (mu, sd) in SIM_CURVES.items():
-        truth = peak(SIM_LRS, mu)  # what the fit estimates: the peak of the parabola through the true means
+    for name, (lrs, mu, sd) in sim_curves().items():
+        truth = peak(lrs, mu)  # what the fit estimates: the peak of the parabola through the true means
         covered = differs = 0
         for r in range(reps):
-            a, b = (np.asarray(mu)[:, None] + np.asarray(sd)[:, None] * rng.standard_normal((7, n)) for _ in "ab")
-            fit_a, fit_b = optimum(SIM_LRS, a.tolist(), seed=2 * r), optimum(SIM_LRS, b.tolist(), seed=2 * r + 1)
+            a, b = (np.asarray(mu)[:, None] + np.asarray(sd)[:, None] * rng.standard_normal((len(lrs), n))
+                    for _ in "ab")
+            fit_a, fit_b = optimum(lrs, a.tolist(), seed=2 * r), optimum(lrs, b.tolist(), seed=2 * r + 1)
             covered += fit_a.low <= truth <= fit_a.high
             differs += differ(fit_a, fit_b) == "yes"
         assert covered / reps >= 0.93, (name, n, covered / reps)
@@ -189,12 +213,12 @@ def test_the_optimum_interval_has_its_coverage_and_equal_optima_rarely_differ(n)
 
 def test_a_seed_resampling_bootstrap_would_undercover():
     """The check above can fail: resampling the seeds themselves covers far less than 95% at n = 3."""
-    rng, reps, (mu, sd) = np.random.default_rng(0), 150, SIM_CURVES["gap/linear"]
-    truth, covered = peak(SIM_LRS, mu), 0
+    rng, reps, (lrs, mu, sd) = np.random.default_rng(0), 150, committed_curves()["gap/linear"]
+    truth, covered, k = peak(lrs, mu), 0, len(lrs)
     for _ in range(reps):
-        cells = np.asarray(mu)[:, None] + np.asarray(sd)[:, None] * rng.standard_normal((7, 3))
-        means = cells[np.arange(7)[None, :, None], rng.integers(0, 3, (2000, 7, 3))].mean(-1)  # (2000, 7)
-        low, high = np.percentile(log_peaks(SIM_LRS, means), [2.5, 97.5])
+        cells = np.asarray(mu)[:, None] + np.asarray(sd)[:, None] * rng.standard_normal((k, 3))
+        means = cells[np.arange(k)[None, :, None], rng.integers(0, 3, (2000, k, 3))].mean(-1)  # (2000, k)
+        low, high = np.percentile(log_peaks(lrs, means), [2.5, 97.5])
         covered += 10**low <= truth <= 10**high
     assert covered / reps < 0.9
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from vit_lightning.results import plots
+from vit_lightning.results import further, plots
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.results.patch_transfer import PATCH, transfer_tables
 from vit_lightning.results.render import Report, Table
@@ -170,8 +170,9 @@ def build_grid(data: Data) -> Report:
     families, seen, tests = _comparisons(data)
     refs = [f"the baseline {n}" if n != "best" else "the best cell" for n, _ in families]
     caption = f"Each cell against {' and against '.join(refs)}" if refs else "Each cell"
-    tables.append(comparison_table(cells, keys, caption, families,
-                                   paper=not two_d and cells["paper"].notna().any(), extra=ab.columns))
+    wide, extra = further.columns(data)
+    tables.append(comparison_table(wide, keys, caption, families,
+                                   paper=not two_d and cells["paper"].notna().any(), extra=extra))
     if data.other is not None:
         table, text = _replication(data, families)
         tables, seen = tables + [table], seen + [text]
