@@ -395,6 +395,14 @@ def test_lr_sweep_places_each_optimum_and_tells_whether_they_differ(tmp_path):
     assert gap_row[5:] == ["+0.0000", "1.000", "1.000"]
     assert "accuracy: no difference from cls/mlp_tanh shown" in md
     assert "the optima of gap/linear and cls/mlp_tanh differ: yes (ratio 0.25, 95% interval" in md
+    # Figure 9's observable: each at the other's best lr, 0.9 - 0.05 * log2(4)^2 = 0.7 there, against its own 0.9
+    steps = np.array([-2, -1, 0, 1, 2]) * 0.002
+    p = stats.ttest_ind(0.7 + steps, 0.9 + steps, equal_var=False).pvalue
+    assert fmt_p(p) == "<0.001"
+    assert ("gap/linear at cls/mlp_tanh's best lr (0.002) vs at its own (0.0005): 0.7000 vs 0.9000 (-0.2000, "
+            "Welch p=<0.001, lower by more than seed noise)") in md
+    assert ("cls/mlp_tanh at gap/linear's best lr (0.0005) vs at its own (0.002): 0.7000 vs 0.9000 (-0.2000, "
+            "Welch p=<0.001, lower by more than seed noise)") in md
     for png in ("lr_curve.png", "training_curves.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png})" in md
 
@@ -406,6 +414,7 @@ def test_lr_sweep_with_equal_optima_and_gaps(tmp_path):
     assert "accuracy: no difference from cls/mlp_tanh shown (gap/linear Holm p=1.000" in md
     assert re.search(r"the optima of gap/linear and cls/mlp_tanh differ: not shown \(ratio 1, 95% interval "
                      r"0\.\d+ to 1\.\d+\)", md)
+    assert "gap/linear at cls/mlp_tanh's best lr (0.002) vs at its own (0.002): the same lr, its own best" in md
 
     skip = {("gap", lr) for lr in LRS7[3:]}  # gap ran three learning rates only, its best at the grid's edge
     lr_runs(tmp_path / "edge" / "runs", CLS, {"cls": 0.002, "gap": 0.002}, heads, skip=skip)
@@ -414,6 +423,7 @@ def test_lr_sweep_with_equal_optima_and_gaps(tmp_path):
     assert "the best grid point of gap/linear is at the grid's edge, so the optimum may lie outside" in md
     assert "the optima of gap/linear and cls/mlp_tanh differ: cannot tell (an optimum at the grid's edge" in md
     assert "accuracy: below cls/mlp_tanh by more than seed noise for gap/linear (-0.0500" in md  # 0.8500 at lr 0.001
+    assert "gap/linear at cls/mlp_tanh's best lr (0.002) vs at its own (0.001): no finished run there" in md
 
 
 def test_compute_and_hybrid_tables(tmp_path):
