@@ -80,7 +80,7 @@ def test_yaml_files_are_valid_wandb_sweeps():
 
 def test_cls_vs_gap_sweeps_a_fine_log_grid_per_setup():
     ablation = load("cls_vs_gap")
-    for name, prof in ablation.profiles.items():
+    for prof in ablation.profiles.values():
         setups = [(b["model.pooling"], b["model.head"]) for b in prof.grids]
         # appendix D.3's two set-ups and the control that tells the token from the head
         assert setups == [(["cls"], ["mlp_tanh"]), (["gap"], ["linear"]), (["cls"], ["linear"])]
