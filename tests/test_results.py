@@ -7,6 +7,7 @@ import json
 import math
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -630,3 +631,41 @@ def test_tiny_sweep_then_table(tmp_path, monkeypatch):
     check_markdown(out / "table.md")
     check_latex(out / "table.tex")
     assert len(list((out / "records").glob("*.json"))) == 2
+
+
+def test_transfer_columns_control_offset_and_the_selected_lr(tmp_path):
+    src, start = "model.init_from", "transfer/start_acc"
+    grids = ({ENC: ["none"], INJ: ["stem"], src: ["a", "b"]}, {ENC: ["learned_1d"], INJ: ["stem"], src: ["c", "d"]})
+    fixed = {"data.name": "mnist5k", "trainer.max_epochs": 3}
+    profiles = {"demo": Profile("demo", {**fixed, LR: "select:demo_select"}, grids, (0,)),
+                "demo_select": Profile("demo_select", fixed, tuple({**g, LR: [0.01, 0.03]} for g in grids), (0,)),
+                "demo_scratch": Profile("demo_scratch", fixed, ({ENC: ["none", "learned_1d"], INJ: ["stem"]},),
+                                        (0, 1))}
+    ab = Ablation("transfer", "t", "s", "f", "val/acc_best", ENC, INJ, {}, "", profiles, replicates=src,
+                  columns={start: "not fine-tuned"}, offsets={start: ("minus none's", {ENC: "none"})},
+                  controls={"_scratch": "from scratch"}, column_notes={"from scratch": "the control"})
+    runs = tmp_path / "runs"
+    starts = {"a": 0.20, "b": 0.22, "c": 0.30, "d": 0.36}
+    for enc, sources, lr in (("none", "ab", 0.03), ("learned_1d", "cd", 0.01)):
+        for s in sources:
+            name = write_run(runs, ab, {ENC: enc, INJ: "stem", src: s}, 0, 0.8, **{LR: lr})
+            record = runs / "transfer" / "demo" / name / "results.json"
+            data = json.loads(record.read_text())
+            data["metrics"][start] = starts[s]
+            record.write_text(json.dumps(data))
+        for seed, acc in enumerate((0.70, 0.74) if enc == "none" else (0.80, 0.90)):
+            write_run(runs, ab, {ENC: enc, INJ: "stem"}, seed, acc, profile="demo_scratch")
+        for candidate, acc in ((0.01, 0.5), (0.03, 0.6)):
+            write_run(runs, ab, {ENC: enc, INJ: "stem", src: sources[0], LR: candidate}, 0, acc, profile="demo_select")
+    out, md = table(ab, tmp_path)
+    rows = {r[0]: r for r in ([c.strip().strip("*") for c in line.strip("|").split(" | ")] for line in md.splitlines()
+                              if line.startswith("|")) if len(r) > 2 and r[1] == "stem"}  # the cells' table
+    row = rows["learned_1d"]
+    none_mean = (0.20 + 0.22) / 2
+    assert row[2] == f"{0.33:.4f} ± {statistics.stdev([0.30, 0.36]):.4f} (n=2)"  # start accuracy
+    assert row[3] == f"{0.33 - none_mean:.4f} ± {statistics.stdev([0.30, 0.36]):.4f} (n=2)"  # minus none's mean
+    assert row[4] == f"0.8500 ± {statistics.stdev([0.8, 0.9]):.4f} (n=2)"  # the from-scratch control
+    assert rows["none"][3] == f"0.0000 ± {statistics.stdev([0.20, 0.22]):.4f} (n=2)"
+    assert "**Columns:** 'from scratch': the control" in md
+    assert "none/stem 0.03 (0.01: 0.500, 0.03: 0.600); learned_1d/stem 0.01 (0.01: 0.500, 0.03: 0.600)" in md
+    assert len(list((out / "records").glob("*.json"))) == 4 + 4 + 4  # the stages' records beside the table's
