@@ -7,9 +7,10 @@ import math
 import statistics
 
 import pytest
+import yaml
+from vit_lightning.ablations.transfer import DEMO, transfer_profiles
 
 from vit_lightning.ablation import load
-from vit_lightning.ablations.transfer import DEMO, transfer_profiles
 from vit_lightning.results import cli as table_cli
 from vit_lightning.sweep import cli, trials, yamls
 
@@ -144,3 +145,14 @@ def test_the_stages_are_one_line_for_another_source_profile():
     kept = {k: v for k, v in source.profile("demo_all").fixed.items() if not k.startswith("run.")}
     assert {k: scratch.fixed[k] for k in kept if k not in ("data.img_size", "trainer.max_epochs", "data.batch_size")} \
         == {k: v for k, v in kept.items() if k not in ("data.img_size", "trainer.max_epochs", "data.batch_size")}
+
+
+def test_a_select_value_naming_no_stage_is_one_line(tmp_path, capsys):
+    stem, config = yamls.sweep_configs(load("transfer"), "demo")[0]
+    config["parameters"]["model.lr"] = {"value": "select:demo_nope"}
+    path = tmp_path / f"{stem}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert cli.main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("vit-ablate sweep: error: model.lr=select:demo_nope: ablation 'transfer' has no profile")
+    assert "demo_select" in err

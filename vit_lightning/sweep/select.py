@@ -69,7 +69,12 @@ def resolve(configs: list[dict], directory: Path | None = None, options: str = "
             name = selector(spec.get("value"))
             if name is None:
                 continue
-            value, waiting = choose(config, key, name, directory)
+            try:
+                value, waiting = choose(config, key, name, directory)
+            except SweepError:
+                raise
+            except ValueError as err:  # an unknown ablation or selecting profile: one line
+                raise SweepError(f"{key}=select:{name}: {err}") from None
             for trial in waiting:
                 missing.setdefault((trial.params["run.ablation"], name), set()).add(trial.id)
             spec["value"] = value
