@@ -111,6 +111,8 @@ ABLATION = Ablation(
     profiles={
         # patch 7: the 4x4 grid at 28 px becomes 8x8 at 56 px; a source profile's transfer is this one line
         **transfer_profiles(pos_encoding.ABLATION, "demo", DEMO, "mnist5k 28 px -> 56 px, micro ViT/7, CPU"),
+        # another CPU source profile, e.g. pos_encoding's `modern`, the same way on the demo's base settings:
+        # **transfer_profiles(pos_encoding.ABLATION, "modern", DEMO, "mnist5k 28 px -> 56 px, ...", base="demo"),
         # about 100 steps an epoch at batch 512: 10,000 steps (Table 4), 500 of them warm-up
         **transfer_profiles(pos_encoding.ABLATION, "cifar10",
                             {**FINE_TUNE, **NO_MIX, "data.img_size": 64, "data.batch_size": 512,
