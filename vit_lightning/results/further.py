@@ -15,11 +15,13 @@ def columns(data: Data) -> tuple[pd.DataFrame, dict[str, str]]:
     """(the cells with every further column as (mean, std, n), column key -> title), `columns` first."""
     ab, cells = data.ablation, data.cells.copy()
     extra = dict(ab.columns)
-    keys = [k for k in data.profile.axes]
+    keys = list(data.profile.axes)
     for metric, (title, ref) in ab.offsets.items():
         hits = [i for i, c in cells.iterrows() if all(value_key(c.get(k)) == value_key(v) for k, v in ref.items())]
-        base = cells.at[hits[0], metric][0] if hits and metric in cells else float("nan")
-        cells[OFFSET + metric] = [(m - base, s, n) for m, s, n in cells[metric]] if metric in cells else None
+        if not hits or metric not in cells:  # a profile without the reference cell: no such column
+            continue
+        base = cells.at[hits[0], metric][0]
+        cells[OFFSET + metric] = [(m - base, s, n) for m, s, n in cells[metric]]
         extra[OFFSET + metric] = title
     for suffix, title in ab.controls.items():
         if data.profile.name + suffix not in ab.profiles:
@@ -35,7 +37,7 @@ def _control(data: Data, name: str) -> dict[str, tuple[float, float, int]]:
     """The control profile's (mean, std, n) per cell name, from the same records folder."""
     prof = data.ablation.table_profile(name)
     mine = cell_frame(data.ablation, prof, runs_frame(data.ablation, prof, list(data.records.values())))
-    keys = [k for k in prof.axes]
+    keys = list(prof.axes)
     return {cell_name(c, keys): (c["mean"], c["std"], c["n"]) for _, c in mine.iterrows()}
 
 
