@@ -124,7 +124,7 @@ def trial_name(params: dict, world: int = 1, defaults: dict | None = None) -> st
 
 def name_neutral() -> dict:
     """Flat option -> value left out of a trial's name hash: options added after runs were named."""
-    out = {"model.arch": DEFAULT_ARCH, "model.drop_path": 0, "data.holdout": 0}
+    out = {"model.arch": DEFAULT_ARCH, "model.drop_path": 0}
     for family in FAMILIES.values():
         out.update({f"model.{k}": v for k, v in family.name_neutral.items()})
     return out
