@@ -383,3 +383,34 @@ def test_bad_options_one_line(kw):
     with pytest.raises(ValueError) as err:
         ViTDataModule(**kw)
     one_line_error(err)
+
+
+def test_holdout_validates_on_a_stratified_part_of_the_training_split_only():
+    x, labels = read_mnist5k()
+    train, val = stratified_split(labels, 0.2, seed=0)
+    dm = ViTDataModule("mnist5k", holdout=0.25)
+    dm.setup()
+    assert len(dm.train_set) == 3000 and len(dm.val_set) == 1000  # 4,000 training digits: 3,000 + 1,000
+    assert torch.bincount(dm.val_set.labels, minlength=10).tolist() == [100] * 10
+    # every held-out and kept image is a training image; none of the validation split is seen
+    key = lambda imgs: {hashlib.md5(im.numpy().tobytes()).hexdigest() for im in imgs}  # noqa: E731
+    train_keys, val_keys = key(x[train]), key(x[val])
+    held, kept = key(dm.val_set.images), key(dm.train_set.images)
+    assert held <= train_keys and kept <= train_keys and not (held | kept) & val_keys and not held & kept
+    again = ViTDataModule("mnist5k", holdout=0.25)
+    again.setup()
+    assert torch.equal(again.val_set.images, dm.val_set.images)  # fixed by split_seed
+    with pytest.raises(ValueError, match=r"data.holdout must be in \[0, 1\)"):
+        ViTDataModule("mnist5k", holdout=1.0)
+
+
+def test_holdout_of_an_image_folder(tmp_path):
+    write_folder(tmp_path, per_class=4)
+    dm = ViTDataModule("imagefolder", root=str(tmp_path), img_size=16, batch_size=4, holdout=0.25)
+    dm.setup()
+    held, kept = [p for p, _ in dm.val_set.samples], [p for p, _ in dm.train_set.samples]
+    assert len(held) == 3 and len(kept) == 9 and not set(held) & set(kept)
+    assert all("/train/" in p for p in held + kept) and sorted(dm.val_set.targets) == [0, 1, 2]
+    assert dm.val_set.transform is not dm.train_set.transform  # the held-out part is seen as validation sees it
+    xs, ys = zip(*dm.val_dataloader())
+    assert torch.cat(xs).shape == (3, 3, 16, 16) and sorted(torch.cat(ys).tolist()) == [0, 1, 2]

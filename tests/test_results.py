@@ -7,6 +7,7 @@ import json
 import math
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -161,26 +162,50 @@ def test_peak_of_a_parabola_in_log_lr():
 
 
 
-# The committed cls_vs_gap demo's cells (means, per-seed sds over its 7 lrs), as the truth to simulate from.
+# The truth to simulate from: the committed cls_vs_gap demo's curves (each set-up's mean and seed sd per lr, read
+# from its records, whatever grid they were made with), and a parabola whose optimum lies between grid points.
 SIM_LRS = [0.00025 * 2**k for k in range(7)]
-SIM_CURVES = {
-    "gap/linear": ([0.497, 0.636, 0.751, 0.832, 0.805, 0.773, 0.651], [0.026, 0.030, 0.025, 0.011, 0.059, 0.033, 0.091]),
-    "cls/mlp_tanh": ([0.335, 0.488, 0.531, 0.596, 0.616, 0.580, 0.430], [0.039, 0.020, 0.042, 0.171, 0.080, 0.108, 0.136]),
-    "parabola": ([0.9 - 0.03 * math.log2(lr / 0.0015) ** 2 for lr in SIM_LRS], [0.02] * 7),  # optimum between points
-}
+COMMITTED = Path(__file__).resolve().parent.parent / "results" / "cls_vs_gap" / "records"
+
+
+def committed_curves() -> dict[str, tuple[list[float], list[float], list[float]]]:
+    """Set-up -> (lrs, mean, seed sd) of the committed demo records' val/acc_best; sd floored at 0.005 (n=1)."""
+    rows = [(f"{r['config']['model.pooling']}/{r['config']['model.head']}", float(r["config"]["model.lr"]),
+             float(r["metrics"]["val/acc_best"])) for r in store.load_records(COMMITTED)
+            if r.get("profile") == "demo" and r.get("status") == "completed"]
+    cells = pd.DataFrame(rows, columns=["setup", "lr", "acc"]).groupby(["setup", "lr"])["acc"].agg(["mean", "std"])
+    curves = {}
+    for setup, curve in cells.groupby(level="setup"):
+        lrs = curve.index.get_level_values("lr").tolist()
+        curves[setup] = (lrs, curve["mean"].tolist(), curve["std"].fillna(0).clip(lower=0.005).tolist())
+    return curves
+
+
+def sim_curves() -> dict[str, tuple[list[float], list[float], list[float]]]:
+    parabola = [0.9 - 0.03 * math.log2(lr / 0.0015) ** 2 for lr in SIM_LRS]
+    return {**committed_curves(), "parabola": (SIM_LRS, parabola, [0.02] * len(SIM_LRS))}
+
+
+def test_the_committed_curves_are_read_from_the_records():
+    curves = committed_curves()
+    assert {"cls/mlp_tanh", "gap/linear", "cls/linear"} <= set(curves)
+    for lrs, mean, sd in curves.values():  # every lr of the committed grid, its cell's mean and spread
+        assert len(lrs) >= 5 and lrs == sorted(lrs) and len(mean) == len(sd) == len(lrs)
+        assert all(0.1 < m < 1 for m in mean) and all(0.005 <= v < 0.2 for v in sd)
 
 
 @pytest.mark.parametrize("n", [3, 5])
 def test_the_optimum_interval_has_its_coverage_and_equal_optima_rarely_differ(n):
-    """Seeds drawn from known curves: the 95% interval covers the true fitted optimum >= 93% of the time,
+    """Seeds drawn from the committed curves: the 95% interval covers the true fitted optimum >= 93% of the time,
     and two set-ups with the same curve are called different <= 6% of the time."""
     rng, reps = np.random.default_rng(n), 150
-    for name, (mu, sd) in SIM_CURVES.items():
-        truth = peak(SIM_LRS, mu)  # what the fit estimates: the peak of the parabola through the true means
+    for name, (lrs, mu, sd) in sim_curves().items():
+        truth = peak(lrs, mu)  # what the fit estimates: the peak of the parabola through the true means
         covered = differs = 0
         for r in range(reps):
-            a, b = (np.asarray(mu)[:, None] + np.asarray(sd)[:, None] * rng.standard_normal((7, n)) for _ in "ab")
-            fit_a, fit_b = optimum(SIM_LRS, a.tolist(), seed=2 * r), optimum(SIM_LRS, b.tolist(), seed=2 * r + 1)
+            a, b = (np.asarray(mu)[:, None] + np.asarray(sd)[:, None] * rng.standard_normal((len(lrs), n))
+                    for _ in "ab")
+            fit_a, fit_b = optimum(lrs, a.tolist(), seed=2 * r), optimum(lrs, b.tolist(), seed=2 * r + 1)
             covered += fit_a.low <= truth <= fit_a.high
             differs += differ(fit_a, fit_b) == "yes"
         assert covered / reps >= 0.93, (name, n, covered / reps)
@@ -189,12 +214,12 @@ def test_the_optimum_interval_has_its_coverage_and_equal_optima_rarely_differ(n)
 
 def test_a_seed_resampling_bootstrap_would_undercover():
     """The check above can fail: resampling the seeds themselves covers far less than 95% at n = 3."""
-    rng, reps, (mu, sd) = np.random.default_rng(0), 150, SIM_CURVES["gap/linear"]
-    truth, covered = peak(SIM_LRS, mu), 0
+    rng, reps, (lrs, mu, sd) = np.random.default_rng(0), 150, committed_curves()["gap/linear"]
+    truth, covered, k = peak(lrs, mu), 0, len(lrs)
     for _ in range(reps):
-        cells = np.asarray(mu)[:, None] + np.asarray(sd)[:, None] * rng.standard_normal((7, 3))
-        means = cells[np.arange(7)[None, :, None], rng.integers(0, 3, (2000, 7, 3))].mean(-1)  # (2000, 7)
-        low, high = np.percentile(log_peaks(SIM_LRS, means), [2.5, 97.5])
+        cells = np.asarray(mu)[:, None] + np.asarray(sd)[:, None] * rng.standard_normal((k, 3))
+        means = cells[np.arange(k)[None, :, None], rng.integers(0, 3, (2000, k, 3))].mean(-1)  # (2000, k)
+        low, high = np.percentile(log_peaks(lrs, means), [2.5, 97.5])
         covered += 10**low <= truth <= 10**high
     assert covered / reps < 0.9
 
@@ -371,6 +396,14 @@ def test_lr_sweep_places_each_optimum_and_tells_whether_they_differ(tmp_path):
     assert gap_row[5:] == ["+0.0000", "1.000", "1.000"]
     assert "accuracy: no difference from cls/mlp_tanh shown" in md
     assert "the optima of gap/linear and cls/mlp_tanh differ: yes (ratio 0.25, 95% interval" in md
+    # Figure 9's observable: each at the other's best lr, 0.9 - 0.05 * log2(4)^2 = 0.7 there, against its own 0.9
+    steps = np.array([-2, -1, 0, 1, 2]) * 0.002
+    p = stats.ttest_ind(0.7 + steps, 0.9 + steps, equal_var=False).pvalue
+    assert fmt_p(p) == "<0.001"
+    assert ("gap/linear at cls/mlp_tanh's best lr (0.002) vs at its own (0.0005): 0.7000 vs 0.9000 (-0.2000, "
+            "Welch p=<0.001, lower by more than seed noise)") in md
+    assert ("cls/mlp_tanh at gap/linear's best lr (0.0005) vs at its own (0.002): 0.7000 vs 0.9000 (-0.2000, "
+            "Welch p=<0.001, lower by more than seed noise)") in md
     for png in ("lr_curve.png", "training_curves.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png})" in md
 
@@ -382,6 +415,7 @@ def test_lr_sweep_with_equal_optima_and_gaps(tmp_path):
     assert "accuracy: no difference from cls/mlp_tanh shown (gap/linear Holm p=1.000" in md
     assert re.search(r"the optima of gap/linear and cls/mlp_tanh differ: not shown \(ratio 1, 95% interval "
                      r"0\.\d+ to 1\.\d+\)", md)
+    assert "gap/linear at cls/mlp_tanh's best lr (0.002) vs at its own (0.002): the same lr, its own best" in md
 
     skip = {("gap", lr) for lr in LRS7[3:]}  # gap ran three learning rates only, its best at the grid's edge
     lr_runs(tmp_path / "edge" / "runs", CLS, {"cls": 0.002, "gap": 0.002}, heads, skip=skip)
@@ -390,6 +424,7 @@ def test_lr_sweep_with_equal_optima_and_gaps(tmp_path):
     assert "the best grid point of gap/linear is at the grid's edge, so the optimum may lie outside" in md
     assert "the optima of gap/linear and cls/mlp_tanh differ: cannot tell (an optimum at the grid's edge" in md
     assert "accuracy: below cls/mlp_tanh by more than seed noise for gap/linear (-0.0500" in md  # 0.8500 at lr 0.001
+    assert "gap/linear at cls/mlp_tanh's best lr (0.002) vs at its own (0.001): no finished run there" in md
 
 
 def test_compute_and_hybrid_tables(tmp_path):
@@ -636,3 +671,41 @@ def test_the_shuffle_drop_tells_an_ignored_encoding_from_one_that_does_not_help(
     out, md = table(ab, older)
     assert "shuffle drop" not in md and "position use" not in md
     assert "val/shuffle_drop" not in pd.read_csv(out / "runs.csv").columns
+
+
+def test_transfer_columns_control_offset_and_the_selected_lr(tmp_path):
+    src, start = "model.init_from", "transfer/start_acc"
+    grids = ({ENC: ["none"], INJ: ["stem"], src: ["a", "b"]}, {ENC: ["learned_1d"], INJ: ["stem"], src: ["c", "d"]})
+    fixed = {"data.name": "mnist5k", "trainer.max_epochs": 3}
+    profiles = {"demo": Profile("demo", {**fixed, LR: "select:demo_select"}, grids, (0,)),
+                "demo_select": Profile("demo_select", fixed, tuple({**g, LR: [0.01, 0.03]} for g in grids), (0,)),
+                "demo_scratch": Profile("demo_scratch", fixed, ({ENC: ["none", "learned_1d"], INJ: ["stem"]},),
+                                        (0, 1))}
+    ab = Ablation("transfer", "t", "s", "f", "val/acc_best", ENC, INJ, {}, "", profiles, replicates=src,
+                  columns={start: "not fine-tuned"}, offsets={start: ("minus none's", {ENC: "none"})},
+                  controls={"_scratch": "from scratch"}, column_notes={"from scratch": "the control"})
+    runs = tmp_path / "runs"
+    starts = {"a": 0.20, "b": 0.22, "c": 0.30, "d": 0.36}
+    for enc, sources, lr in (("none", "ab", 0.03), ("learned_1d", "cd", 0.01)):
+        for s in sources:
+            name = write_run(runs, ab, {ENC: enc, INJ: "stem", src: s}, 0, 0.8, **{LR: lr})
+            record = runs / "transfer" / "demo" / name / "results.json"
+            data = json.loads(record.read_text())
+            data["metrics"][start] = starts[s]
+            record.write_text(json.dumps(data))
+        for seed, acc in enumerate((0.70, 0.74) if enc == "none" else (0.80, 0.90)):
+            write_run(runs, ab, {ENC: enc, INJ: "stem"}, seed, acc, profile="demo_scratch")
+        for candidate, acc in ((0.01, 0.5), (0.03, 0.6)):
+            write_run(runs, ab, {ENC: enc, INJ: "stem", src: sources[0], LR: candidate}, 0, acc, profile="demo_select")
+    out, md = table(ab, tmp_path)
+    rows = {r[0]: r for r in ([c.strip().strip("*") for c in line.strip("|").split(" | ")] for line in md.splitlines()
+                              if line.startswith("|")) if len(r) > 2 and r[1] == "stem"}  # the cells' table
+    row = rows["learned_1d"]
+    none_mean = (0.20 + 0.22) / 2
+    assert row[2] == f"{0.33:.4f} ± {statistics.stdev([0.30, 0.36]):.4f} (n=2)"  # start accuracy
+    assert row[3] == f"{0.33 - none_mean:.4f} ± {statistics.stdev([0.30, 0.36]):.4f} (n=2)"  # minus none's mean
+    assert row[4] == f"0.8500 ± {statistics.stdev([0.8, 0.9]):.4f} (n=2)"  # the from-scratch control
+    assert rows["none"][3] == f"0.0000 ± {statistics.stdev([0.20, 0.22]):.4f} (n=2)"
+    assert "**Columns:** 'from scratch': the control" in md
+    assert "none/stem 0.03 (0.01: 0.500, 0.03: 0.600); learned_1d/stem 0.01 (0.01: 0.500, 0.03: 0.600)" in md
+    assert len(list((out / "records").glob("*.json"))) == 4 + 4 + 4  # the stages' records beside the table's

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 
 import pytest
+import yaml
+from vit_lightning.ablations.transfer import DEMO, transfer_profiles
 
 from vit_lightning.ablation import load
 from vit_lightning.results import cli as table_cli
@@ -26,6 +29,7 @@ TRANSFER_FILE = '''"""The transfer ablation on the tiny source. Run: vit-ablate 
 import dataclasses
 from pathlib import Path
 from vit_lightning.ablation import load
+from vit_lightning.ablations.transfer import DEMO, transfer_profiles
 from vit_lightning.ablations.transfer import ABLATION as PAPER, FINE_TUNE, transfer_profile
 SOURCE = load("src", Path(__file__).parent)
 FIXED = {**FINE_TUNE, **%(fixed)r, "data.img_size": 56}
@@ -35,7 +39,7 @@ ABLATION = dataclasses.replace(PAPER, name="dst", profiles={"demo": transfer_pro
 
 def test_trials_name_the_source_sweeps_runs_by_trial_id():
     ablation, source = load("transfer"), load("pos_encoding")
-    for name in ablation.profiles:
+    for name in [n for n in ablation.profiles if n in source.profiles]:  # the fine-tuning stages
         want = {str(t.run_dir) for t in trials.build([c for _, c in yamls.sweep_configs(source, name)])}
         tuned = [t.params for t in trials.build([c for _, c in yamls.sweep_configs(ablation, name)])]
         have = [t["model.init_from"] for t in tuned]
@@ -93,3 +97,64 @@ def test_missing_sources_one_line_then_sources_transfer_and_table(tmp_path, monk
     row = next(r for r in rows if r[:2] == ["learned_2d", "stem"])
     assert row[2:6] == [cell("transfer/source_acc"), cell("transfer/start_acc"), cell("val/shuffle_drop"),
                         cell("val/acc_best")]
+
+
+def selection_trials(root) -> list:
+    """The transfer demo's lr-selection trials with their runs under root."""
+    configs = [c for _, c in yamls.sweep_configs(load("transfer"), "demo_select")]
+    for config in configs:
+        config["parameters"]["run.root"] = {"value": str(root)}
+    return trials.build(configs)
+
+
+def test_the_lr_is_selected_per_cell_on_held_out_data_and_the_sweep_waits_for_it(tmp_path, capsys):
+    ablation = load("transfer")
+    select = ablation.profile("demo_select")
+    assert select.fixed["data.holdout"] > 0 and "model.lr" not in select.fixed  # validated on held-out digits
+    chosen = selection_trials(tmp_path)
+    assert len(chosen) == 8 * 4 and {t.params["model.lr"] for t in chosen} == {0.003, 0.01, 0.03, 0.06}
+    assert all("-s0-" in t.params["model.init_from"] for t in chosen)  # one source per cell: seed 0's
+    argv = ["transfer", "--dry-run", "--set", f"run.root={tmp_path}"]
+
+    assert cli.main(argv) == 2  # nothing selected yet: one line naming the command
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("make them first: vit-ablate sweep transfer --profile demo_select") and "32 run(s)" in err
+
+    best = {"none": 0.06, "learned_1d": 0.03}  # each cell's best lr on the held-out digits (others: 0.01)
+    for trial in chosen:
+        top = best.get(trial.params["model.pos_encoding"], 0.01)
+        acc = 0.9 - abs(math.log10(trial.params["model.lr"] / top))
+        trial.run_dir.mkdir(parents=True)
+        (trial.run_dir / "results.json").write_text(json.dumps(
+            {"name": trial.id, "trial": trial.id, "status": "completed", "metrics": {"val/acc_best": acc}}))
+    assert cli.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 56  # every source of every cell, at its cell's lr
+    for line in lines:
+        encoding = line.split("--model.pos_encoding=")[1].split()[0]
+        assert f"--model.lr={best.get(encoding, 0.01)} " in line and "--data.holdout" not in line
+
+
+def test_the_stages_are_one_line_for_another_source_profile():
+    source = load("pos_encoding")
+    stages = transfer_profiles(source, "demo_all", DEMO, "every encoding", base="demo")
+    assert list(stages) == ["demo_all_select", "demo_all", "demo_all_scratch"]
+    assert stages["demo_all"].fixed["model.lr"] == "select:demo_all_select"
+    scratch = stages["demo_all_scratch"]  # the control: the source's recipe at the new resolution, same steps
+    assert scratch.seeds == source.profile("demo_all").seeds and scratch.cells() == source.cells("demo_all")
+    assert {k: scratch.fixed[k] for k in ("data.img_size", "trainer.max_epochs", "data.batch_size")} == \
+        {"data.img_size": 56, "trainer.max_epochs": 3, "data.batch_size": 32}
+    kept = {k: v for k, v in source.profile("demo_all").fixed.items() if not k.startswith("run.")}
+    assert {k: scratch.fixed[k] for k in kept if k not in ("data.img_size", "trainer.max_epochs", "data.batch_size")} \
+        == {k: v for k, v in kept.items() if k not in ("data.img_size", "trainer.max_epochs", "data.batch_size")}
+
+
+def test_a_select_value_naming_no_stage_is_one_line(tmp_path, capsys):
+    stem, config = yamls.sweep_configs(load("transfer"), "demo")[0]
+    config["parameters"]["model.lr"] = {"value": "select:demo_nope"}
+    path = tmp_path / f"{stem}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert cli.main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("vit-ablate sweep: error: model.lr=select:demo_nope: ablation 'transfer' has no profile")
+    assert "demo_select" in err

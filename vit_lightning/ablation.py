@@ -97,6 +97,11 @@ class Ablation:
     columns: dict[str, str] = field(default_factory=dict)  # further metrics of the record -> column title, mean ± std
     # the grid table's column for a cell (its values) when not its `cols` value, e.g. where an encoding acts; or None
     col_label: Any = None
+    # further metrics shown as the cell's mean minus the reference cell's: metric -> (column title, reference cell)
+    offsets: dict[str, tuple[str, dict]] = field(default_factory=dict)
+    # control profiles: suffix -> column title; profile P's table shows profile P+suffix's accuracy per cell
+    controls: dict[str, str] = field(default_factory=dict)
+    column_notes: dict[str, str] = field(default_factory=dict)  # column title -> what it measures (the table says it)
     # patch_size only: top-1 of one published model PI-resized to other patch sizes, beside the transfer view
     patch_transfer_reference: dict = field(default_factory=dict)  # evaluated patch size -> top-1
     patch_transfer_source: str = ""  # the model's patch size (the row label)
@@ -115,9 +120,9 @@ class Ablation:
                 raise ValueError(f"ablation {self.name!r}: profile key {key!r} != its name {prof.name!r}")
             if self.rows not in prof.axes or (self.cols and self.cols not in prof.axes + tuple(prof.fixed)):
                 raise ValueError(f"ablation {self.name!r}: profile {key!r} does not sweep rows/cols {self.rows}/{self.cols}")
-            if self.replicates is not None and (self.replicates not in prof.axes or self.replicates in (self.rows, self.cols)):
-                raise ValueError(f"ablation {self.name!r}: profile {key!r}: replicates={self.replicates!r} must be a "
-                                 "swept key other than rows and cols")
+            if self.replicates is not None and self.replicates in (self.rows, self.cols):
+                raise ValueError(f"ablation {self.name!r}: replicates={self.replicates!r} must be a key other than "
+                                 "rows and cols")
             self._check_table(prof)
             # every record lands in runs/<ablation>/<profile>/...
             run_keys = {"run.ablation": self.name, "run.profile": prof.name}
@@ -231,18 +236,36 @@ def profile(name: str, grids, fixed: dict | None = None, seeds=None, description
 
 @dataclass(frozen=True, repr=False)
 class RunsOf:
-    """A swept value standing for every run (one per seed) of another ablation's profile of the same name, in
-    this grid block's cell: the sweep names them by run directory (sweep.yamls), as `model.init_from` takes."""
+    """A swept value standing for every run (one per seed, or those of `seeds`) of another ablation's profile
+    in this grid block's cell: the sweep names them by run directory (sweep.yamls), as `model.init_from` takes."""
 
     ablation: Ablation
+    profile: str
+    seeds: tuple[int, ...] | None = None  # None: every seed of the source profile
 
     def __repr__(self) -> str:
-        return f"RunsOf({self.ablation.name!r})"
+        return f"RunsOf({self.ablation.name!r}, {self.profile!r}, seeds={self.seeds})"
 
 
-def runs_of(source: Ablation, name: str, key: str) -> tuple[dict, ...]:
+def runs_of(source: Ablation, name: str, key: str, seeds: tuple[int, ...] | None = None) -> tuple[dict, ...]:
     """One grid block per cell of source's profile `name`: that cell, and `key` swept over its runs (RunsOf)."""
-    return tuple({**{k: [v] for k, v in cell.items()}, key: [RunsOf(source)]} for cell in source.profile(name).cells())
+    return tuple({**{k: [v] for k, v in cell.items()}, key: [RunsOf(source, name, seeds)]}
+                 for cell in source.profile(name).cells())
+
+
+# A fixed value `select:<profile>`: the sweep sets it per grid block to the value that profile's runs of the same
+# cell scored best with on their validation data (sweep/select.py), and refuses to start until those runs finished.
+SELECT = "select:"
+
+
+def selected_by(profile_name: str) -> str:
+    """The fixed value that stands for the value of its key selected by this ablation's profile `profile_name`."""
+    return SELECT + profile_name
+
+
+def selector(value: Any) -> str | None:
+    """The selecting profile's name when value is a `select:` value, else None."""
+    return value[len(SELECT):] if isinstance(value, str) and value.startswith(SELECT) else None
 
 
 PACKAGE = "vit_lightning.ablations"  # installed from the top-level ablations/ folder (pyproject: package-dir)

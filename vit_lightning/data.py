@@ -350,11 +350,15 @@ class ViTDataModule(pl.LightningDataModule):
         mixup_alpha: float = 0.0,
         cutmix_alpha: float = 0.0,
         split_seed: int = 0,
+        holdout: float = 0.0,
     ):
-        """name: mnist5k | cifar10 | cifar100 | imagefolder | synthetic; random_crop/flip=None: the dataset's default."""
+        """name: mnist5k | cifar10 | cifar100 | imagefolder | synthetic; random_crop/flip=None: the dataset's default.
+
+        holdout > 0: that share of the training split (stratified, fixed by split_seed) is held out and validated
+        on instead of the validation split, which the run then never sees (to select settings on)."""
         super().__init__()
         self.save_hyperparameters()
-        check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha)
+        check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=holdout)
         # Constructing the source checks the data is there, so a bad root fails before any training.
         self.source = SOURCES[name](root, download, val_split, split_seed)
         self._img_size = img_size or self.source.native_size
@@ -388,10 +392,15 @@ class ViTDataModule(pl.LightningDataModule):
         if src.in_memory:
             train_tf, val_tf, crop = memory_transforms(src.native_size, self.random_crop, self.flip, hp.randaugment)
             (xt, yt), (xv, yv) = src.load()
+            if hp.holdout:  # the validation split stays unseen: validate on a held-out part of the training split
+                keep, held = stratified_split(yt, hp.holdout, hp.split_seed)
+                (xt, yt), (xv, yv) = (xt[keep], yt[keep]), (xt[held], yt[held])
             self.train_set, self.val_set = TensorImages(xt, yt, train_tf), TensorImages(xv, yv, val_tf)
         else:
             train_tf, val_tf, crop = folder_transforms(self.img_size, self.random_crop, self.flip, hp.randaugment)
             self.train_set, self.val_set = src.load(train_tf, val_tf)
+            if hp.holdout:
+                self.train_set, self.val_set = held_out_folder(self.train_set, val_tf, hp.holdout, hp.split_seed)
         mean, std = src.stats
         self.train_collate = BatchCollate(mean, std, self.img_size, **crop)
         self.val_collate = BatchCollate(mean, std, self.img_size)
@@ -443,7 +452,20 @@ class ViTDataModule(pl.LightningDataModule):
         return self.mixer(x, y)
 
 
-def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, **_) -> None:
+def held_out_folder(train: datasets.ImageFolder, val_tf, share: float, seed: int):
+    """(the training folder without its held-out share, that share seen as validation sees it): two views."""
+    keep, held = stratified_split(torch.as_tensor(train.targets), share, seed)
+    views = []
+    for idx, tf in ((keep, train.transform), (held, val_tf)):
+        view = copy.copy(train)
+        view.samples = view.imgs = [train.samples[i] for i in idx.tolist()]
+        view.targets, view.transform = [s[1] for s in view.samples], tf
+        views.append(view)
+    return tuple(views)
+
+
+def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=0.0,
+                  **_) -> None:
     """Reject bad options with one line, before anything is loaded (the sweep checks its trials with it)."""
     if name not in SOURCES:
         raise ValueError(f"unknown data.name {name!r}; valid: {', '.join(SOURCES)}")
@@ -453,6 +475,8 @@ def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alph
         raise ValueError(f"data.img_size must be a positive int or None, got {img_size}")
     if not 0.0 < val_split < 1.0:
         raise ValueError(f"data.val_split must be in (0, 1), got {val_split}")
+    if not 0.0 <= holdout < 1.0:
+        raise ValueError(f"data.holdout must be in [0, 1) (0: validate on the validation split), got {holdout}")
     if mixup_alpha < 0 or cutmix_alpha < 0:
         raise ValueError(f"data.mixup_alpha and data.cutmix_alpha must be >= 0, got {mixup_alpha}, {cutmix_alpha}")
 

@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from vit_lightning.results.further import stages
 from vit_lightning.results.store import collect, fetch_wandb
 from vit_lightning.results.tables import build, figure_runs, grid_draw, other_draw
 
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vit-ablate table: {e}", file=sys.stderr)
             return 2
     new = collect(Path(args.runs), ab.name, args.profile, out / "records")
+    for stage in stages(ab, args.profile):  # the controls and selections its table reads, beside its records
+        new += collect(Path(args.runs), ab.name, stage, out / "records")
     if args.wandb:
         try:
             fetched, skipped = fetch_wandb(args.wandb, ab.name, args.profile, out / "records")

@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from vit_lightning.ablation import selector
 from vit_lightning.bookkeeping import SEED_KEY
 from vit_lightning.identity import number, plain, same
 from vit_lightning.results.stats import summarize
@@ -37,7 +38,7 @@ def _why_not_used(rec: dict, cell: int, metric: float, profile: Any) -> str:
         return UNFINISHED.get(status, f"status {status!r}")
     config = rec.get("config", {})
     changed = [f"{k}={config[k]!r} (profile: {v!r})" for k, v in sorted(profile.fixed.items())
-               if not k.startswith("run.") and k in config and not same(v, config[k])]
+               if not k.startswith("run.") and k in config and not same(v, config[k]) and not selector(v)]
     if changed:
         return "settings differ from the profile: " + ", ".join(changed)
     if cell < 0 and not getattr(profile, "search", None):  # a searched profile's points are its own

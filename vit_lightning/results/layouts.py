@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from vit_lightning.bookkeeping import SHUFFLE_DROP
-from vit_lightning.results import plots
+from vit_lightning.results import further, plots
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.results.patch_transfer import PATCH, transfer_tables
 from vit_lightning.results.render import Report, Table
@@ -28,6 +28,7 @@ from vit_lightning.results.shapes import (
     join,
     label,
     listing,
+    measured,
     outcomes,
     report,
     shortfall,
@@ -160,7 +161,7 @@ def _artifacts(data: Data) -> str | None:
 
 def _measured(data: Data) -> dict[str, str]:
     """The ablation's further columns that some record holds (records older than a metric leave it out)."""
-    return {k: title for k, title in data.ablation.columns.items() if data.cells[k].map(lambda m: m[2] > 0).any()}
+    return measured(data.ablation.columns, data.cells)
 
 
 def _drops(data: Data) -> dict[int, list[float]]:
@@ -217,8 +218,9 @@ def build_grid(data: Data) -> Report:
     families, seen, tests = _comparisons(data)
     refs = [f"the baseline {n}" if n != "best" else "the best cell" for n, _ in families]
     caption = f"Each cell against {' and against '.join(refs)}" if refs else "Each cell"
-    tables.append(comparison_table(cells, keys, caption, families,
-                                   paper=not two_d and cells["paper"].notna().any(), extra=_measured(data)))
+    wide, extra = further.columns(data)
+    tables.append(comparison_table(wide, keys, caption, families,
+                                   paper=not two_d and cells["paper"].notna().any(), extra=extra))
     if data.other is not None:
         table, text = _replication(data, families)
         tables, seen = tables + [table], seen + [text]
@@ -281,7 +283,8 @@ def build_lr_sweep(data: Data) -> Report:
              f"from 2000 parametric bootstrap draws (each cell's mean plus Student's t with n-1 degrees of freedom "
              f"times its standard error; by simulation it covers the optimum at least 95% of the time at n = 3 "
              f"and 5); optima differ when the interval of their ratio "
-             f"excludes 1; {BEST_CAVEAT}")
+             f"excludes 1; Figure 9's observable, each other {corner} at the first one's best {label(lr)} against "
+             f"itself at its own best, and the first at each other's: one Welch test each, uncorrected; {BEST_CAVEAT}")
     figures = [("lr_curve.png", f"accuracy vs {label(lr)} per {corner}", lambda p: _lr_curve(data, cells, lr, p)),
                ("training_curves.png", "validation accuracy per epoch",
                 lambda p: _training_curves(data, cells, lr, bests, p))]
@@ -332,7 +335,7 @@ def _lr_verdict(cells, lr, found: dict, top, comps: dict, fits: dict) -> str:
            f"cannot tell for {join(untested)} (n<2)" if untested else
            f"no difference from {top} shown ({', '.join(f'{g} Holm p={fmt_p(c.holm)}' for g, c in comps.items())}"
            f"; no proof of equal accuracy)")
-    parts = [f"each at its own best {label(lr)}: {own}; accuracy: {acc}"]
+    parts = [f"each at its own best {label(lr)}: {own}; accuracy: {acc}", *_at_others_best(cells, lr, found)]
     optima = [f"{g} {fmt_lr(f.lr)}" + (f" ({fmt_lr(f.low)} to {fmt_lr(f.high)})" if f.low else " (no interval: n<2)")
               for g, f in fits.items() if f]
     unfit = [g for g, f in fits.items() if f is None]
@@ -348,6 +351,26 @@ def _lr_verdict(cells, lr, found: dict, top, comps: dict, fits: dict) -> str:
         parts.append(f"the optima of {g} and {fitted[0]} differ: {differ(fits[g], fits[fitted[0]])} "
                      f"(ratio {point:.2g}{interval})")
     return "; ".join(parts)
+
+
+def _at_others_best(cells: pd.DataFrame, lr: str, found: dict) -> list[str]:
+    """Figure 9's observable: every other set-up at the first one's best lr against itself at its own best, and
+    the first at each other's best lr against itself at its own (one Welch test each)."""
+    first, others = next(iter(found)), list(found)[1:]
+    lines = []
+    for who, whose in [(g, first) for g in others] + [(first, g) for g in others]:
+        own, shared = found[who], cells.at[found[whose], lr]
+        at = cells[(cells["col"] == who) & (cells[lr] == shared) & (cells["n"] > 0)]
+        head = f"{who} at {whose}'s best {label(lr)} ({fmt_value(shared)}) vs at its own ({fmt_value(cells.at[own, lr])})"
+        if at.index.empty or at.index[0] == own:
+            lines.append(f"{head}: " + ("the same lr, its own best" if len(at) else "no finished run there"))
+            continue
+        comp = compare([cells.at[at.index[0], "values"]], cells.at[own, "values"])[0]
+        verdict = {"lower": "lower by more than seed noise", "higher": "higher by more than seed noise",
+                   "not shown": "no difference shown"}.get(comp.outcome, comp.outcome)
+        lines.append(f"{head}: {cells.at[at.index[0], 'mean']:.4f} vs {cells.at[own, 'mean']:.4f} "
+                     f"({comp.diff:+.4f}, Welch p={fmt_p(comp.p)}, {verdict})")
+    return lines
 
 
 # ---- figures ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from vit_lightning.ablation import selector
 from vit_lightning.results.render import Report, Table
 from vit_lightning.results.stats import ALPHA, Comparison, fmt_p
 
@@ -87,10 +88,52 @@ BEST_CAVEAT = "the best cell is picked from the same runs, so tests against it l
 BEST_REF = "the best cell (bold)"
 
 
+def selected(data: Data) -> str | None:
+    """Per cell, the value each `select:` setting took in the averaged runs and what its selecting stage's records
+    here scored per candidate; None when the profile has no such setting."""
+    prof, used = data.profile, data.runs[data.runs["note"] == ""]
+    keys, lines = list(prof.axes), []
+    for key, value in sorted(prof.fixed.items()):
+        if (stage := selector(value)) is None:
+            continue
+        per_cell = []
+        for index, cell in data.cells.iterrows():
+            names = used[used["cell"] == index]["name"]
+            values = sorted({fmt_value((data.records.get(n, {}).get("config") or {}).get(key)) for n in names})
+            scores = _scores(data, stage, key, {k: cell[k] for k in keys})
+            per_cell.append(f"{cell_name(cell, keys)} {', '.join(values) or 'missing'}"
+                            + (f" ({scores})" if scores else ""))
+        found = any(r.get("profile") == stage for r in data.records.values())
+        lines.append(f"{label(key)} per cell in the averaged runs, which the {stage} stage chooses (the value whose "
+                     f"runs score best on their own validation data; in brackets its runs' {data.ablation.metric} per "
+                     "value, mean over its runs)" + ("" if found else f" (no records of {stage} here)")
+                     + f": {'; '.join(per_cell)}")
+    return "; ".join(lines) or None
+
+
+def _scores(data: Data, stage: str, key: str, cell: dict) -> str:
+    """'value: mean metric' of the selecting stage's finished records in this cell, in value order."""
+    metric, by = data.ablation.metric, {}
+    for rec in data.records.values():
+        config = rec.get("config") or {}
+        if rec.get("profile") != stage or rec.get("status") != "completed" or (rec.get("metrics") or {}).get(metric) \
+                is None or any(value_key(config.get(k)) != value_key(v) for k, v in cell.items()):
+            continue
+        by.setdefault(config.get(key), []).append(float(rec["metrics"][metric]))
+    return ", ".join(f"{fmt_value(v)}: {sum(m) / len(m):.3f}" for v, m in sorted(by.items(), key=lambda x: x[0]))
+
+
+def measured(columns: dict[str, str], cells: pd.DataFrame) -> dict[str, str]:
+    """The further columns (metric -> title) some cell's records hold (records older than a metric leave it out)."""
+    return {k: title for k, title in columns.items() if k in cells and cells[k].map(lambda m: m[2] > 0).any()}
+
+
 def header(data: Data, tests: str, seen: str) -> list[tuple[str, str]]:
     """The lines above the tables: what the ablation is, how we ran it, how we test, what the data show."""
     ab, prof = data.ablation, data.profile
     fixed = ", ".join(f"{k}={fmt_value(v)}" for k, v in sorted(prof.fixed.items()) if not k.startswith("run."))
+    unshown = set(ab.columns.values()) - set(measured(ab.columns, data.cells).values())
+    notes = {t: m for t, m in (getattr(ab, "column_notes", None) or {}).items() if t not in unshown}
     return [("Source", ab.source), ("Paper's finding", ab.finding), ("Paper's numbers", ab.reference_note),
             ("Profile", f"{prof.name}" + (f" ({prof.description})" if prof.description else "")
              + f"; seeds {', '.join(map(str, prof.seeds))}; {fixed}"),
@@ -98,6 +141,8 @@ def header(data: Data, tests: str, seen: str) -> list[tuple[str, str]]:
                        + (f" and {ab.replicates} (the replicates)" if getattr(ab, "replicates", None) else "")
                        + ", n = finished runs "
                        "averaged; N/A: not part of the design; missing: designed, no finished run"),
+            *([("Columns", "; ".join(f"'{t}': {m}" for t, m in notes.items()))] if notes else []),
+            *([("Selected", chosen)] if (chosen := selected(data)) else []),
             ("Tests", tests), ("Our result", seen)]
 
 

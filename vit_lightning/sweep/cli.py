@@ -14,7 +14,7 @@ import yaml
 
 from vit_lightning.compat.wandb import env_mode
 from vit_lightning.identity import TRIAL_KEY
-from vit_lightning.sweep import jobscript, local, supervise, trials, validate, wandb_backend, yamls
+from vit_lightning.sweep import jobscript, local, select, supervise, trials, validate, wandb_backend, yamls
 from vit_lightning.sweep.validate import SweepError
 
 EPILOG = """\
@@ -159,11 +159,17 @@ def prepare(args) -> list[dict]:
                 if key not in known:
                     raise SweepError(f"--set {key}: unknown key ({validate.suggest(key, known)})")
                 config["parameters"][key] = {"value": value}
+        except SweepError as err:
+            raise SweepError(f"{label}: {err}") from None
+        prepared.append((label, config))
+    options = f" --ablations-dir {args.ablations_dir}" if args.ablations_dir else ""
+    select.resolve([config for _, config in prepared], args.ablations_dir, options)  # a `select:` value, chosen
+    for label, config in prepared:
+        try:
             validate.check_parameters(config["parameters"], known)
         except SweepError as err:
             raise SweepError(f"{label}: {err}") from None
-        prepared.append(config)
-    return prepared
+    return [config for _, config in prepared]
 
 
 def checked_trials(configs: list[dict], args, gpus: int = 0) -> list[trials.Trial]:

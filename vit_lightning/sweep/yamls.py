@@ -42,16 +42,17 @@ def sweep_configs(ablation: Ablation, profile: str) -> list[tuple[str, dict]]:
 
 def named_runs(prof: Profile) -> tuple[dict, ...]:
     """The profile's grid blocks with each RunsOf value replaced by its runs' directories in the block's cell."""
-    return tuple({key: _runs(values[0], prof.name, block) if isinstance(values[0], RunsOf) else values
+    return tuple({key: _runs(values[0], block) if isinstance(values[0], RunsOf) else values
                   for key, values in block.items()} for block in prof.grids)
 
 
-def _runs(runs: RunsOf, profile: str, block: dict) -> list[str]:
+def _runs(runs: RunsOf, block: dict) -> list[str]:
     """The run dirs of the source's trials (its sweep's ids, one process each) whose cell is the block's."""
     source = runs.ablation
-    cell = {k: plain(block[k][0]) for k in source.profile(profile).axes}
-    trials = build([config for _, config in sweep_configs(source, profile)])
-    return [str(t.run_dir) for t in trials if all(plain(t.params[k]) == v for k, v in cell.items())]
+    cell = {k: plain(block[k][0]) for k in source.profile(runs.profile).axes}
+    trials = build([config for _, config in sweep_configs(source, runs.profile)])
+    return [str(t.run_dir) for t in trials if all(plain(t.params[k]) == v for k, v in cell.items())
+            and (runs.seeds is None or t.params[SEED_KEY] in runs.seeds)]
 
 
 def render(ablation: Ablation, stem: str, config: dict) -> str:
