@@ -116,7 +116,8 @@ def test_resize_resamples_bias_tables_and_keeps_running():
     (dict(depth=3), "model.depth=3 applies to arch=vit only"), (dict(pooling="cls"), "pooling"),
     (dict(pos_encoding="relative_1d"), "pos_encoding"), (dict(variant="Ti"), "variant"),
     (dict(pos_injection="every_layer"), "pos_injection"), (dict(drop_path=1.0), "drop_path"),
-    (dict(init="timm"), "model.init='timm' applies to arch=vit only"),
+    (dict(hybrid_width=32), "model.hybrid_width=32 applies to arch=vit only"),
+    (dict(init="xavier"), "unknown init='xavier'; choose from: paper, timm"),
 ])
 def test_options_of_the_other_arch_are_refused(options, mentions):
     with pytest.raises(ValueError, match=mentions):
@@ -204,6 +205,24 @@ def test_init_is_the_swin_papers(head):
     conv = model.stem.proj.weight  # kaiming_uniform(a=sqrt(5)): uniform within 1 / sqrt(fan_in)
     bound = 1 / math.sqrt(conv[0].numel())
     assert conv.abs().max() <= bound and abs(conv.std().item() - bound / math.sqrt(3)) < 0.2 * bound
+
+
+def test_paper_init_on_a_swin_is_fan_in_scaled():
+    """model.init=paper: xavier_uniform attention and MLP kernels, lecun_normal stem and patch merging, zero classifier."""
+    import math
+
+    torch.manual_seed(0)
+    model = Swin("micro", img_size=28, patch_size=2, in_chans=1, num_classes=10, init="paper")
+    assert model.config.init == "paper" and Swin("micro").config.init == "timm"  # Swin's default: its paper's
+    for block in model.blocks:
+        for kernel in (*block.attn.qkv.weight.chunk(3), block.attn.proj.weight, block.mlp.fc1.weight):
+            fan_out, fan_in = kernel.shape
+            bound = math.sqrt(6 / (fan_in + fan_out))  # xavier_uniform
+            assert kernel.abs().max() <= bound and abs(kernel.std().item() - bound / math.sqrt(3)) < 0.1 * bound
+    for kernel in (model.stem.proj.weight, model.stages[1].merge.reduction.weight):  # lecun_normal: std 1/sqrt(fan_in)
+        std = 1 / math.sqrt(kernel[0].numel())
+        assert abs(kernel.std().item() - std) < 0.15 * std and kernel.abs().max() <= 2.3 * std
+    assert not model.head.weight.any() and not model.head.bias.any()
 
 
 def test_swin_ablation_runs_table4_with_the_papers_numbers_and_recipe():

@@ -51,7 +51,8 @@ class ViTConfig:
         window_size: swin: side M of the attention windows (a window larger than a stage's map shrinks to it).
         shift: swin: shift every second block's windows by M // 2 (false: the Swin paper's "w/o shifting").
         init: initialisation, paper (vit_jax / big_vision: xavier_uniform dense kernels, lecun_normal patch
-            embedding and pre_logits, zero classifier) or timm (trunc_normal(0.02), for parity with timm weights).
+            embedding and pre_logits, zero classifier) or timm (trunc_normal(0.02), for parity with timm weights);
+            default paper for vit, timm for swin (the Swin paper's own init; paper there is a fan-in-scaled deviation).
         layer_scale: DeiT-III's layer scale: the initial value of a learned per-channel scale on every residual
             branch (e.g. 1e-5; timm's init_values); off (None) by default.
         reg_tokens: register tokens (Darcet et al. 2024): learned tokens after the [class] token, without a
@@ -83,7 +84,7 @@ class ViTConfig:
     drop_path: float = 0.0
     window_size: int = 7
     shift: bool = True
-    init: str = "paper"
+    init: str | None = None
     # since the paper (DeiT-III, registers, ViT-22B), off by default
     layer_scale: float | None = None
     reg_tokens: int = 0

@@ -16,7 +16,16 @@ from torch import nn
 
 from vit_lightning.model.config import ViTConfig, check_choice
 from vit_lightning.model.family import BackboneParts, Family, register
-from vit_lightning.model.layers import Attention, DropPath, Mlp, drop_path_rates, init_dense, layer_scale
+from vit_lightning.model.layers import (
+    INITS,
+    Attention,
+    DropPath,
+    Mlp,
+    drop_path_rates,
+    init_dense,
+    layer_scale,
+    lecun_normal_,
+)
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import Learned1d, RelativeBias2d
 from vit_lightning.model.stems import PatchStem
@@ -40,16 +49,29 @@ SWIN_ENCODINGS: dict[str, tuple[bool, bool]] = {
     "learned_1d+relative_bias_2d": (True, True),
 }
 
-# The Swin paper's init (and its reference code's), not the ViT's `model.init`: trunc_normal(0.02) dense
-# kernels and zero biases (layers.init_dense), so the Swin paper's runs and ours start alike whatever the
-# ViT's default is. Convs (the patch embedding) keep PyTorch's fan-in init and LayerNorms ones and zeros, as
-# there; the position tables initialise themselves with normal(0.02), as there.
+# The Swin paper's init (and its reference code's) is `model.init=timm`, Swin's default: trunc_normal(0.02) dense
+# kernels and zero biases (layers.init_dense); the patch embedding keeps PyTorch's fan-in init, LayerNorms ones and
+# zeros, the position tables their normal(0.02). `model.init=paper` is the ViT paper's fan-in-scaled init instead
+# (xavier_uniform attention and MLP kernels, lecun_normal patch embedding and patch merging): a deviation from the
+# Swin paper. At the demo's width 32, 0.02 is about a ninth of a fan-in scale, so with a zero classifier every
+# residual branch starts nearly off and the micro Swin trains slowly (results/README, swin).
 init_swin = init_dense
+
+
+def init_swin_paper(module: nn.Module) -> None:
+    """The ViT paper's init on one Swin module (for `apply`): fan-in-scaled kernels where Swin has trunc_normal(0.02)."""
+    if isinstance(module, (Attention, Mlp)):
+        module.init_paper()
+    elif isinstance(module, PatchMerging):
+        lecun_normal_(module.reduction.weight)
+    elif isinstance(module, PatchStem):
+        module.init_weights("paper")
 
 
 def check_swin(cfg: ViTConfig) -> None:
     """Swin's own checks: final LayerNorm + average pooling only, the stage-1 width against its heads."""
     check_choice("pooling (arch=swin)", cfg.pooling, ("gap",))
+    check_choice("init", cfg.init, INITS)
     width, _, heads = SWIN_VARIANTS[cfg.variant]
     cfg.width = cfg.width or width
     cfg.check_positive("img_size", "in_chans", "num_classes", "patch_size", "width", "window_size")
@@ -221,11 +243,8 @@ class Swin(BackboneParts, nn.Module):
         )
         self.pool = POOLINGS[cfg.pooling](dims[-1], heads[-1])
         self.pool.norm.eps = 1e-5  # the paper's final LayerNorm, with Swin's eps
-        self.head = HEADS[cfg.head](dims[-1], cfg.num_classes)
-        self.apply(init_swin)  # the head's hidden layer too; its classifier then starts at zero, as the ViT's
-        classifier = [m for m in self.head.modules() if isinstance(m, nn.Linear)][-1]
-        nn.init.zeros_(classifier.weight)
-        nn.init.zeros_(classifier.bias)
+        self.apply(init_swin if cfg.init == "timm" else init_swin_paper)
+        self.head = HEADS[cfg.head](dims[-1], cfg.num_classes, cfg.init)  # a zero classifier, as the ViT's
         self.width = dims[-1]
 
     @property
@@ -280,7 +299,7 @@ class Swin(BackboneParts, nn.Module):
 
 SWIN = register(Family(
     name="swin", cls=Swin, variants=SWIN_VARIANTS, encodings=tuple(SWIN_ENCODINGS),
-    defaults={"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 4},
+    defaults={"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 4, "init": "timm"},
     reads={"window_size": 7, "shift": True},  # options only Swin reads, at the value that means "not used"
     # a 14x14 map of 28x28 demo digits, two windows of 7 a side, then 7x7 after its one patch merging
     architecture=("window_size", "shift"),

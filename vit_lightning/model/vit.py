@@ -141,10 +141,10 @@ class ViT(BackboneParts, nn.Module):
 
 VIT = register(Family(
     name="vit", cls=ViT, variants=VARIANTS, encodings=tuple(ENCODINGS),
-    defaults={"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 16},
+    defaults={"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 16, "init": "paper"},
     # options only the ViT reads, at the value that means "not used"
     reads={"depth": None, "heads": None, "mlp_dim": None, "stem": "patch", "pos_injection": "stem",
-           "hybrid_layers": (3, 4, 9), "hybrid_width": 64, "init": "paper", "reg_tokens": 0, "pos_embed_class": True},
+           "hybrid_layers": (3, 4, 9), "hybrid_width": 64, "reg_tokens": 0, "pos_embed_class": True},
     architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
                   "pos_embed_class"),
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits
