@@ -98,7 +98,7 @@ def header(data: Data, tests: str, seen: str) -> list[tuple[str, str]]:
                        + (f" and {ab.replicates} (the replicates)" if getattr(ab, "replicates", None) else "")
                        + ", n = finished runs "
                        "averaged; N/A: not part of the design; missing: designed, no finished run"),
-            ("Tests", tests), ("Our result", seen)]
+            ("Tests", tests), ("Our result", " ".join(filter(None, [seen, prof.scope])))]
 
 
 def excluded(data: Data) -> Table:
