@@ -8,7 +8,7 @@ Expected: shifting the windows of every second block helps (+1.1), the relative 
 The paper's "rel. pos. w/o app." (79.3: attention logits from the bias alone, without the q.k term)
 is not run here.
 
-Run:  vit-ablate sweep swin                          # demo: mnist5k, micro Swin (patch 2, window 7), CPU
+Run:  vit-ablate sweep swin                          # demo: mnist5k, micro Swin (patch 2, window 4), CPU
       vit-ablate sweep swin --profile cifar10         # Swin-T on CIFAR-10, the paper's recipe
       vit-ablate table swin                          # the table, next to the paper's
 """
@@ -34,15 +34,23 @@ RECIPE = {
     "trainer.max_epochs": 300,
 }
 FIXED = {
-    # 14x14 tokens in two 7x7 windows a side, then 7x7 after one patch merging (the window shrinks, no shift)
-    # 5 epochs: a micro Swin over 196 tokens costs several times a micro ViT/7's 16 tokens per step
-    "demo": {"model.arch": "swin", "model.variant": "micro", "model.patch_size": 2, "model.window_size": 7,
-             "trainer.max_epochs": 5},
+    # 14x14 tokens in 4x4 windows (the map padded to 16x16: 16 windows), then 7x7 (padded to 8x8: 4 windows) after
+    # one patch merging, so both stages shift (with window 7 the second stage is one window and cannot).
+    # model.init=paper, a deviation from the Swin paper's trunc_normal(0.02): at width 32 that is a ninth of a
+    # fan-in scale, every residual branch starts nearly off, and 5 epochs reached 0.38-0.54 (results/README).
+    # 10 epochs: a seed's validation accuracy is flat over its last two (0.930, 0.931 at epochs 9-10, seed 0)
+    "demo": {"model.arch": "swin", "model.variant": "micro", "model.patch_size": 2, "model.window_size": 4,
+             "model.init": "paper", "trainer.max_epochs": 10},
     # 16x16 tokens of 2x2 pixels, windows of 4 (the last stage's 2x2 map is one window); lr scaled to batch 256
     "cifar10": {**RECIPE, "model.patch_size": 2, "model.window_size": 4, "model.lr": 0.00025},
     # 1024 images a step on 8 GPUs of 128
     "imagenet": {**RECIPE, "model.patch_size": 4, "model.window_size": 7, "model.lr": 0.001},
 }
+
+DEMO_SCOPE = ("What the demo can say: whether, for a two-stage micro Swin (width 32) trained 10 epochs on 4,000 "
+              "digits of 28 px, shifting the windows or the position choice changes accuracy by more than seed "
+              "noise. What it cannot say: whether Table 4's differences of about one point on ImageNet (Swin-T, "
+              "224 px, 300 epochs) hold; digits at 14x14 tokens are another regime, and its init is the ViT paper's.")
 
 ABLATION = Ablation(
     name="swin",
@@ -66,7 +74,8 @@ ABLATION = Ablation(
     reference_note="Swin-T, ImageNet-1K top-1 after 300 epochs from scratch at 224 px (Table 4); "
     "the paper's rel. pos. w/o app. (79.3) is not run",
     profiles={
-        "demo": profile("demo", GRIDS, fixed=FIXED["demo"], description="mnist5k, micro Swin/2 window 7, CPU"),
+        "demo": profile("demo", GRIDS, fixed=FIXED["demo"], seeds=range(5), scope=DEMO_SCOPE,
+                        description="mnist5k, micro Swin/2 window 4, the ViT paper's init, CPU"),
         "cifar10": profile("cifar10", GRIDS, fixed=FIXED["cifar10"], description="CIFAR-10, Swin-T/2 window 4"),
         "imagenet": profile("imagenet", GRIDS, fixed=FIXED["imagenet"], description="ImageNet-1K, Swin-T/4 window 7"),
     },

@@ -238,9 +238,11 @@ def test_swin_ablation_runs_table4_with_the_papers_numbers_and_recipe():
         assert cells == set(table4) and prof.fixed["model.arch"] == "swin"
     assert {k: round(100 * v, 1) for k, v in ablation.reference.items()} == table4
     demo = ablation.profiles["demo"].fixed
-    model = Swin(demo["model.variant"], img_size=28, in_chans=1, num_classes=10, patch_size=demo["model.patch_size"])
+    model = Swin(demo["model.variant"], img_size=28, in_chans=1, num_classes=10, patch_size=demo["model.patch_size"],
+                 window_size=demo["model.window_size"], init=demo["model.init"])
     assert stage_grids(model.stem.grid_for((28, 28)), len(model.stages)) == [(14, 14), (7, 7)]
-    assert [b.s for b in model.blocks] == [0, 3, 0, 0]  # shifted by 7 // 2 where two windows fit, none on 7x7
+    assert [b.s for b in model.blocks] == [0, 2, 0, 2]  # both stages shift by 4 // 2: the demo's shift has work to do
+    assert [b.bias.mask.shape[0] for b in model.blocks if b.s] == [16, 4]  # windows: 16x16 and 8x8 padded maps
     imagenet = ablation.profiles["imagenet"].fixed  # appendix A2.1: 300 epochs, 20 warm-up, cosine, wd 0.05, dp 0.2
     recipe = {"model.variant": "T", "trainer.max_epochs": 300, "model.warmup_epochs": 20, "model.schedule": "cosine",
               "model.optimizer": "adamw", "model.weight_decay": 0.05, "model.drop_path": 0.2, "model.lr": 0.001}

@@ -42,6 +42,7 @@ class Profile:
     # distribution) for swept keys, which it searches instead of stepping through their grid values; `grid`: the
     # grid profile its table measures it against
     search: dict[str, Any] | None = None
+    scope: str = ""  # what this profile can and cannot say about the paper's finding, ending its "Our result" line
 
     def __post_init__(self):
         if not self.grids or not self.seeds:
@@ -221,7 +222,7 @@ BASE: dict[str, dict[str, Any]] = {
 SEEDS = {"demo": (0, 1, 2), "cifar10": (0, 1, 2), "imagenet": (0, 1, 2)}
 
 
-def profile(name: str, grids, fixed: dict | None = None, seeds=None, description: str = "") -> Profile:
+def profile(name: str, grids, fixed: dict | None = None, seeds=None, description: str = "", scope: str = "") -> Profile:
     """A Profile on top of BASE[name]: `fixed` overrides the base, keys swept by `grids` leave it.
 
     The description gets the budget appended from the settings themselves, so it cannot go stale.
@@ -231,7 +232,7 @@ def profile(name: str, grids, fixed: dict | None = None, seeds=None, description
     fixed = {**base, **(fixed or {})}
     seeds = tuple(seeds or SEEDS[name])
     budget = f"{fixed['trainer.max_epochs']} epochs, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}"
-    return Profile(name, fixed, grids, seeds, ", ".join(filter(None, [description, budget])))
+    return Profile(name, fixed, grids, seeds, ", ".join(filter(None, [description, budget])), scope=scope)
 
 
 @dataclass(frozen=True, repr=False)
