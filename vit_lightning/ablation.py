@@ -43,6 +43,9 @@ class Profile:
     # grid profile its table measures it against
     search: dict[str, Any] | None = None
     scope: str = ""  # what this profile can and cannot say about the paper's finding, ending its "Our result" line
+    # other papers' numbers for this profile's cells, in place of the ablation's `reference` ({row: value or text})
+    reference: dict | None = None
+    reference_note: str = ""  # what those numbers are
 
     def __post_init__(self):
         if not self.grids or not self.seeds:

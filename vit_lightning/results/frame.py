@@ -110,7 +110,7 @@ def cell_frame(ablation: Any, profile: Any, runs: pd.DataFrame) -> pd.DataFrame:
             held = pd.to_numeric(mine[m], errors="coerce") if m in mine else []
             extra[m] = summarize([v for v in held if math.isfinite(v)])
         rows.append({"cell": index, **cell, "values": values, "n": n, "mean": mean, "std": std, **compute, **extra,
-                     "paper": paper_value(ablation, cell)})
+                     "paper": paper_value(ablation, cell, profile)})
     cells = pd.DataFrame(rows)
     return with_best(cells)
 
@@ -123,15 +123,17 @@ def with_best(cells: pd.DataFrame) -> pd.DataFrame:
     return cells
 
 
-def paper_value(ablation: Any, cell: dict) -> float | None:
-    """The paper's number for a cell: reference[(row, col)], else reference[row]."""
+def paper_value(ablation: Any, cell: dict, profile: Any = None) -> float | str | None:
+    """The paper's number for a cell: reference[(row, col)], else reference[row] (the profile's own reference, if
+    it has one: other papers' numbers, a number or a text)."""
     row = cell.get(ablation.rows)
     col = cell.get(ablation.cols) if ablation.cols else None
-    ref = ablation.reference
+    own = getattr(profile, "reference", None)
+    ref = ablation.reference if own is None else own
     for key in ((row, col), row):
         try:
             if key in ref:
-                return float(ref[key])
+                return ref[key] if isinstance(ref[key], str) else float(ref[key])
         except TypeError:  # unhashable (list-valued) cell values have no reference
             return None
     return None

@@ -52,7 +52,9 @@ def fmt_num(value: Any, spec: str) -> str:
     return "-" if value is None or pd.isna(value) else format(value, spec)
 
 
-def fmt_paper(value: float | None) -> str:
+def fmt_paper(value: float | str | None) -> str:
+    if isinstance(value, str):
+        return value
     return "-" if value is None or pd.isna(value) else f"{value:g}"
 
 
@@ -134,7 +136,7 @@ def header(data: Data, tests: str, seen: str) -> list[tuple[str, str]]:
     fixed = ", ".join(f"{k}={fmt_value(v)}" for k, v in sorted(prof.fixed.items()) if not k.startswith("run."))
     unshown = set(ab.columns.values()) - set(measured(ab.columns, data.cells).values())
     notes = {t: m for t, m in (getattr(ab, "column_notes", None) or {}).items() if t not in unshown}
-    return [("Source", ab.source), ("Paper's finding", ab.finding), ("Paper's numbers", ab.reference_note),
+    return [("Source", ab.source), ("Paper's finding", ab.finding), ("Paper's numbers", prof.reference_note or ab.reference_note),
             ("Profile", f"{prof.name}" + (f" ({prof.description})" if prof.description else "")
              + f"; seeds {', '.join(map(str, prof.seeds))}; {fixed}"),
             ("Metric", f"{ab.metric}; cells are mean ± sample std (ddof=1) over seeds"
