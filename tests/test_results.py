@@ -709,3 +709,32 @@ def test_transfer_columns_control_offset_and_the_selected_lr(tmp_path):
     assert "**Columns:** 'from scratch': the control" in md
     assert "none/stem 0.03 (0.01: 0.500, 0.03: 0.600); learned_1d/stem 0.01 (0.01: 0.500, 0.03: 0.600)" in md
     assert len(list((out / "records").glob("*.json"))) == 4 + 4 + 4  # the stages' records beside the table's
+
+
+def test_a_profile_with_its_own_reference_shows_other_papers_numbers_beside_ours(tmp_path):
+    """The profile's reference (numbers or texts, by row) replaces the ablation's, and its note the paper's."""
+    grids = [{ENC: ["none", "learned_1d", "peg"], INJ: ["stem"]}]
+    ab = make("pos_encoding", ENC, INJ, grids, reference={("none", "stem"): 0.61, ("learned_1d", "stem"): 0.64})
+    own = dataclasses.replace(ab.profiles["demo"], reference={"none": "CIFAR-10 79.63", "learned_1d": 86.52},
+                              reference_note="other papers' top-1")
+    ab = dataclasses.replace(ab, profiles={"demo": own})
+    for enc, acc in (("none", 0.5), ("learned_1d", 0.8), ("peg", 0.85)):
+        for seed in range(3):
+            write_run(tmp_path / "runs", ab, {ENC: enc, INJ: "stem"}, seed, acc + seed / 100)
+    _, md = table(ab, tmp_path)
+    paper = md_cells(md, "pos_encoding").index("stem (paper)")  # the grid table, beside each cell
+    assert [md_cells(md, e)[paper] for e in ("none", "learned_1d", "peg")] == ["CIFAR-10 79.63", "86.52", "-"]
+    assert "**Paper's numbers:** other papers' top-1" in md
+
+
+def test_the_modern_profile_puts_every_encoding_at_its_natural_injection_and_says_where_it_acts():
+    ab = ablations.load("pos_encoding")
+    modern = ab.profile("modern")
+    cells = modern.cells()
+    assert [c[ENC] for c in cells] == ["none", "learned_1d", "sincos_2d", "relative_1d", "relative_bias_2d",
+                                       "rope_axial", "rope_mixed", "alibi_2d", "peg"]
+    assert {c[INJ] for c in cells} == {"stem"} and len(modern.seeds) >= 5
+    assert modern.fixed == {**ab.profile("demo").fixed, "run.profile": "modern"}  # the demo's budget
+    assert [ab.col_label(c) for c in cells] == [None, None, None, *["every block"] * 5, "after block 0"]
+    assert ab.col_label({ENC: "peg", INJ: "every_layer"}) == "after every block but the last"
+    assert set(modern.reference) <= {c[ENC] for c in cells} and modern.reference_note

@@ -158,3 +158,12 @@ def test_a_select_value_naming_no_stage_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("vit-ablate sweep: error: model.lr=select:demo_nope: ablation 'transfer' has no profile")
     assert "demo_select" in err
+
+
+def test_the_modern_runs_transfer_too_beside_rope_vits_numbers():
+    ablation, source = load("transfer"), load("pos_encoding")
+    assert {"modern_select", "modern", "modern_scratch"} <= set(ablation.profiles)
+    modern = ablation.profile("modern")
+    assert [c["model.pos_encoding"] for c in modern.cells()] == [c["model.pos_encoding"] for c in source.cells("modern")]
+    assert modern.reference["rope_mixed"] == "80.9 -> 81.8" and "without fine-tuning" in modern.reference_note
+    assert ablation.profile("modern_scratch").reference is None  # the control shows no one's numbers
