@@ -158,6 +158,28 @@ def test_our_rope_vit_gives_timm_logits_at_its_size_and_another(name):
         torch.testing.assert_close(ours(x), eva(x), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAVER)
+def test_the_full_naver_architectures_give_timm_logits_at_224_px_and_at_320(name):
+    """Every block of ViT-S/16 (12 x 384, 6 heads) at 224 px, then at 320 px (timm: dynamic_img_size)."""
+    torch.manual_seed(0)
+    eva = timm.create_model(name, pretrained=False, num_classes=10, dynamic_img_size=True).eval()
+    with torch.no_grad():
+        for key, p in eva.named_parameters():  # away from their start: every part, layer scale included, shows
+            p.uniform_(0.1, 0.5) if "gamma" in key else p.add_(torch.randn_like(p) * 0.02)
+    options, ours = timm_twin(eva)
+    assert (options["img_size"], options["depth"], options["width"], options["heads"]) == ([224, 224], 12, 384, 6)
+    ours.eval()
+    for size in (224, 320):
+        if size != 224:
+            ours.resize(size)
+        x = torch.randn(2, 3, size, size)
+        with torch.no_grad():
+            want = eva(x)
+            assert (want[0] - want[1]).abs().max() > 0.1  # logits that depend on the image
+            torch.testing.assert_close(ours(x), want, atol=1e-4, rtol=1e-4)
+
+
 def test_init_from_a_timm_rope_file_gives_timm_logits(tmp_path, monkeypatch):
     name = "vit_small_patch16_rope_mixed_ape_224"
     eva = _eva(name)
