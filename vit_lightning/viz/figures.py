@@ -12,6 +12,7 @@ import matplotlib.style
 import numpy as np
 from matplotlib import rc_context
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from vit_lightning.bookkeeping import write_atomic
 from vit_lightning.plotstyle import STYLE, save_png
@@ -80,9 +81,11 @@ def panels_figure(path: Path, panels: list[Panel], title: str, columns: int, cma
                 continue
             image = ax.imshow(panel.image, cmap=cmap, vmin=panel.vmin, vmax=panel.vmax, extent=panel.extent,
                               interpolation="nearest")
-            if panel.extent is not None:  # offsets on the axes
+            if panel.extent is not None:  # offsets on the axes: whole patches
                 ax.set_axis_on()
                 ax.tick_params(labelsize=7)
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
             if not shared:
                 fig.colorbar(image, ax=ax, shrink=0.8).set_label(panel.label, fontsize=7)
         if shared:
