@@ -360,7 +360,6 @@ class Rope(Encoding):
         self.set_grid(grid)
 
 
-
 class RopeMixed(Rope):
     """Mixed RoPE: learned 2-D frequencies per head (one copy per block), started as NAVER does."""
 

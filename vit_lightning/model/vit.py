@@ -97,7 +97,7 @@ class ViT(BackboneParts, nn.Module):
         self.registers = Registers(cfg.width, cfg.reg_tokens)
         grid = self.stem.grid_for(cfg.img_hw)
         positioned = self.pool.num_prefix if cfg.pos_embed_class else 0  # the [class] token's row in the table
-        options = {name: getattr(cfg, name) for name in ENCODINGS[cfg.pos_encoding].reads}  # e.g. RoPE's theta
+        options = {name: getattr(cfg, name) for name in ENCODING_OPTIONS}  # the encoding takes those it reads
         self.pos = PositionEncoding(
             cfg.pos_encoding, cfg.pos_injection, cfg.width, cfg.heads, grid, cfg.depth, self.num_prefix, positioned, options
         )

@@ -159,11 +159,6 @@ def _artifacts(data: Data) -> str | None:
     return f"high-norm patch tokens appear: up to {worst:.1%} of them ({_names(data)[index]}, {data.ablation.columns[key]})"
 
 
-def _measured(data: Data) -> dict[str, str]:
-    """The ablation's further columns that some record holds (records older than a metric leave it out)."""
-    return measured(data.ablation.columns, data.cells)
-
-
 def _drops(data: Data) -> dict[int, list[float]]:
     """Each cell's shuffle drops, one per averaged run that measured it."""
     runs = data.runs[data.runs["note"] == ""]
@@ -175,15 +170,18 @@ def _position_use(data: Data) -> str | None:
     """Which cells use position (a shuffle drop above the baseline's by more than seed noise), and whether that
     helps (accuracy above the baseline's): an encoding that is ignored from one that does not help. None: unmeasured."""
     base = _baseline(data)
-    if SHUFFLE_DROP not in _measured(data) or base is None or not (drops := _drops(data))[base]:
+    if SHUFFLE_DROP not in measured(data.ablation.columns, data.cells) or base is None:
+        return None
+    if not (drops := _drops(data))[base]:
         return None
     cells, names = data.cells, _names(data)
+    base_drop = sum(drops[base]) / len(drops[base])
     others = [i for i in cells.index if i != base and drops[i]]
     used = dict(zip(others, compare([drops[i] for i in others], drops[base])))
     accuracy = _family(cells, others, base, "baseline")
     groups: dict[str, list[str]] = {}
     for i in others:
-        text = f"{names[i]} ({used[i].diff + sum(drops[base]) / len(drops[base]):+.4f})"
+        text = f"{names[i]} ({used[i].diff + base_drop:+.4f})"
         if used[i].holm is None:
             groups.setdefault("untested", []).append(text)
         elif used[i].outcome == "higher":
@@ -198,7 +196,7 @@ def _position_use(data: Data) -> str | None:
         if key in groups:
             parts.append(f"{what}: {', '.join(groups[key])}")
     return (f"position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted; "
-            f"{ref} {sum(drops[base]) / len(drops[base]):+.4f}), each cell's drop against {ref}'s (Welch, Holm): "
+            f"{ref} {base_drop:+.4f}), each cell's drop against {ref}'s (Welch, Holm): "
             + "; ".join(parts))
 
 
