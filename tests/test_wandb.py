@@ -24,6 +24,7 @@ pytest.importorskip("wandb")
 
 import wandb_agent  # noqa: E402  (tests/wandb_agent.py)
 
+from vit_lightning.ablation import load  # noqa: E402
 from vit_lightning.identity import flatten, normalize, run_name, same, world_size  # noqa: E402
 from vit_lightning.results import cli as table_cli  # noqa: E402
 from vit_lightning.sweep import cli, jobscript, trials, wandb_backend, yamls  # noqa: E402
@@ -319,9 +320,9 @@ def test_job_script_joins_sweeps_created_once_and_splits_the_allocation_at_run_t
             "--gpus-per-agent", "2", "--print-sbatch"]
     assert cli.main(argv) == 0
     script = capsys.readouterr().out
-    blocks = len(server.sweeps)
-    assert blocks == 4 and [s.config["name"] for s in server.sweeps] == [f"pos_encoding-imagenet-{k}" for k in
-                                                                         range(1, 5)]
+    blocks = len(server.sweeps)  # one W&B sweep per rectangular block of the profile's grid
+    assert blocks == len(load("pos_encoding").profiles["imagenet"].grids) > 1
+    assert [s.config["name"] for s in server.sweeps] == [f"pos_encoding-imagenet-{k}" for k in range(1, blocks + 1)]
     assert cli.main(argv) == 0 and capsys.readouterr().out == script and len(server.sweeps) == blocks  # joined
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # a login node with 2 GPUs: the script is for the job's node
     assert cli.main(argv) == 0 and capsys.readouterr().out == script
@@ -345,7 +346,7 @@ def test_job_script_joins_sweeps_created_once_and_splits_the_allocation_at_run_t
     assert Path(command[0]).is_absolute() and command[1] == "sweep"
     assert command[command.index("--entity") + 1] == "me"  # explicit, from the account's default
     assert [command[i + 1] for i, x in enumerate(command) if x == "--sweep-id"] == [f"me/vit/id{k}" for k in
-                                                                                   range(1, 5)]
+                                                                                   range(1, blocks + 1)]
     # the job runs that line on its node: agents in parallel on the GPUs the allocation gives it
     started = []
     monkeypatch.setattr(wandb_backend, "run_agents", lambda agents, stagger: started.extend(agents) or 0)
