@@ -12,6 +12,7 @@ from vit_lightning.results import further, plots
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.results.patch_transfer import PATCH, transfer_tables
 from vit_lightning.results.render import Report, Table
+from vit_lightning.results.resolution import resolution_tables
 from vit_lightning.results.shapes import (
     BEST_CAVEAT,
     BEST_REF,
@@ -219,6 +220,9 @@ def build_grid(data: Data) -> Report:
     wide, extra = further.columns(data)
     tables.append(comparison_table(wide, keys, caption, families,
                                    paper=not two_d and cells["paper"].notna().any(), extra=extra))
+    if resized := resolution_tables(data, _names(data)):
+        tables += resized
+        seen.append("each cell evaluated at other image sizes without fine-tuning: the resolution view below")
     if data.other is not None:
         table, text = _replication(data, families)
         tables, seen = tables + [table], seen + [text]

@@ -1,0 +1,44 @@
+"""The resolution view of a grid table: each run evaluated at other image sizes (eval --into-record), no fine-tuning."""
+
+import json
+
+from test_results import make, md_cells, table, write_run
+
+from vit_lightning.evaluate import add_eval
+from vit_lightning.results.resolution import accuracy_by_size
+
+ENC = "model.pos_encoding"
+
+
+def test_an_eval_filed_into_the_record_is_read_at_its_size_and_a_patch_size_eval_is_not():
+    record = {"config": {"data.name": "mnist5k", "model.img_size": 28}, "metrics": {"val/acc": 0.9}}
+    for size, acc, patch in [(21, 0.4, None), (56, 0.3, None), (28, 0.1, {"from": 7, "to": 4})]:
+        evaluation = {"source": {"patch_resize": patch} if patch else {}, "data": {"name": "mnist5k"},
+                      "img_size": size, "metrics": {"val/acc": acc}}
+        add_eval(evaluation)(record)  # what `vit-ablate eval RUN --into-record` does to the run record
+    record["eval"]["cifar10@21px"] = {"val/acc": 0.0}  # another dataset: not this run's resolution view
+    assert set(record["eval"]) == {"mnist5k@21px", "mnist5k@56px", "mnist5k@28px/p4", "cifar10@21px"}
+    assert accuracy_by_size(record) == {28: 0.9, 21: 0.4, 56: 0.3}
+
+
+def test_the_grid_table_shows_each_cell_at_every_evaluated_size(tmp_path):
+    ab = make("resolution", ENC, None, [{ENC: ["none", "learned_1d"]}], seeds=(0, 1), baseline={ENC: "none"})
+    _, md = table(ab, tmp_path)
+    assert "evaluated at other image sizes" not in md  # no evaluations: no view
+    for seed in (0, 1):
+        for encoding, own, small, large in [("none", 0.85, 0.6, 0.2), ("learned_1d", 0.9, 0.5 + 0.1 * seed, 0.3)]:
+            name = write_run(tmp_path / "runs", ab, {ENC: encoding}, seed, own, **{"model.img_size": 28})
+            path = tmp_path / "runs/resolution/demo" / name / "results.json"
+            record = json.loads(path.read_text())
+            record["metrics"]["val/acc"] = own
+            record["eval"] = {"mnist5k@21px": {"val/acc": small}, "mnist5k@56px": {"val/acc": large}}
+            if encoding == "none" and seed == 1:
+                del record["eval"]["mnist5k@56px"]  # a run not evaluated there: that cell's n says so
+            path.write_text(json.dumps(record))
+    _, md = table(ab, tmp_path)
+    assert "each cell evaluated at other image sizes without fine-tuning" in md
+    view = md.split("evaluated at other image sizes (columns, px) without fine-tuning")[1]
+    assert md_cells(view, "cell") == ["cell", "21 px", "28 px", "56 px"]
+    assert md_cells(view, "none") == ["none", "0.6000 ± 0.0000 (n=2)", "**0.8500 ± 0.0000 (n=2)**", "0.2000 (n=1)"]
+    assert md_cells(view, "learned_1d") == ["learned_1d", "0.5500 ± 0.0707 (n=2)", "**0.9000 ± 0.0000 (n=2)**",
+                                            "0.3000 ± 0.0000 (n=2)"]
