@@ -34,7 +34,7 @@ GRIDS = tuple(
 PAPER = ("none", "learned_1d", "learned_2d", "relative_1d")  # Table 8's rows
 PAPER_GRIDS = tuple(g for g in ({**grid, ENC: [e for e in grid[ENC] if e in PAPER]} for grid in GRIDS) if g[ENC])
 
-# The main job (the README's first command): Table 8's 8 cells x 7 seeds x 7 epochs, 56 trials in about 12 minutes
+# The main job (the README's first command): Table 8's 8 cells x 7 seeds x 7 epochs, 56 trials in about 15 minutes
 # on 2 cores. 7 seeds, not 5: in the earlier 11-cell demo (two draws of 5 seeds), learned_2d and sincos_2d at the
 # stem beat none by +0.025 to +0.028 in both draws, with a seed spread of about 0.011, and passed Holm's correction
 # in one draw only. Our own encodings (sincos_2d, relative_bias_2d) are in `demo_all` (18 cells, 5 seeds, ~20 minutes).
