@@ -13,7 +13,8 @@ Run:  vit-ablate sweep pos_encoding                      # demo: the paper's 8 c
       vit-ablate sweep pos_encoding --profile relative_scale   # relative_1d's q.r logits scaled or not, vs none
       vit-ablate table pos_encoding --profile relative_scale --out results/pos_encoding/relative_scale
       vit-ablate sweep pos_encoding --profile modern      # the encodings since the paper, 5 seeds
-      vit-ablate table pos_encoding --profile modern --out results/pos_encoding/modern
+      for run in runs/pos_encoding/modern/*/; do vit-ablate eval "$run" --data.img_size=21 --shots --into-record; done
+      vit-ablate table pos_encoding --profile modern --out results/pos_encoding/modern   # now with the 21 px view
 """
 
 import dataclasses

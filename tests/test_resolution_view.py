@@ -42,3 +42,18 @@ def test_the_grid_table_shows_each_cell_at_every_evaluated_size(tmp_path):
     assert md_cells(view, "none") == ["none", "0.6000 ± 0.0000 (n=2)", "**0.8500 ± 0.0000 (n=2)**", "0.2000 (n=1)"]
     assert md_cells(view, "learned_1d") == ["learned_1d", "0.5500 ± 0.0707 (n=2)", "**0.9000 ± 0.0000 (n=2)**",
                                             "0.3000 ± 0.0000 (n=2)"]
+
+
+def test_a_table_made_before_an_eval_into_the_record_takes_it_up_when_made_again(tmp_path):
+    from vit_lightning.rundir import update_record
+
+    ab = make("resolution", ENC, None, [{ENC: ["none"]}], seeds=(0,), baseline={ENC: "none"})
+    name = write_run(tmp_path / "runs", ab, {ENC: "none"}, 0, 0.85, **{"model.img_size": 28})
+    out, md = table(ab, tmp_path)
+    assert "evaluated at other image sizes" not in md and "eval" not in json.loads((out / "records" / f"{name}.json")
+                                                                                   .read_text())
+    update_record(tmp_path / "runs/resolution/demo" / name,
+                  lambda record: record.setdefault("eval", {}).update({"mnist5k@21px": {"val/acc": 0.5}}))
+    out, md = table(ab, tmp_path)  # the record's copy is replaced: the evaluation is in it, and in the view
+    assert json.loads((out / "records" / f"{name}.json").read_text())["eval"] == {"mnist5k@21px": {"val/acc": 0.5}}
+    assert md_cells(md.split("evaluated at other image sizes (columns, px)")[1], "none")[1] == "0.5000 (n=1)"

@@ -32,7 +32,7 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import FINAL, LAST_CKPT, RECORD, one_line, write_atomic
+from vit_lightning.bookkeeping import FINAL, LAST_CKPT, RECORD, now, one_line, write_atomic
 from vit_lightning.identity import plain
 from vit_lightning.model.position import trained_options
 
@@ -199,6 +199,7 @@ def update_record(directory: Path, change) -> dict:
         if record is None:
             raise RunDirError(f"no {RECORD} in {directory}")
         change(record)
+        record["updated_at"] = now()  # so `vit-ablate table` copies the record again, with what was added
         write_record(directory, record)
         return record
     finally:

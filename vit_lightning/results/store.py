@@ -29,7 +29,7 @@ def dump(record: dict) -> bytes:
 def record_time(record: dict) -> float:
     """When a record was last written (seconds since the epoch; 0 if unknown), for newer-wins merging."""
     times = [0.0]
-    for key in ("started_at", "finished_at"):
+    for key in ("started_at", "finished_at", "updated_at"):  # updated_at: eval or viz --into-record added to it
         try:
             t = datetime.fromisoformat(str(record.get(key)).replace("Z", "+00:00"))
         except ValueError:
