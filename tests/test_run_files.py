@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -51,8 +52,10 @@ def test_update_record_changes_the_record_under_the_lock(tmp_path):
         record["metrics"]["val/fewshot5"] = 0.25
 
     assert rundir.update_record(run, change)["metrics"] == {"val/acc_best": 0.5, "val/fewshot5": 0.25}
-    assert seen == [RECORD] and rundir.read_record(run) == {**RECORD, "metrics": {**RECORD["metrics"],
-                                                                                  "val/fewshot5": 0.25}}
+    written = rundir.read_record(run)
+    stamp = datetime.fromisoformat(written.pop("updated_at"))  # when, so a table copies the record again
+    assert abs((datetime.now(timezone.utc) - stamp).total_seconds()) < 60
+    assert seen == [RECORD] and written == {**RECORD, "metrics": {**RECORD["metrics"], "val/fewshot5": 0.25}}
     rundir.release(rundir.acquire(run))  # and released afterwards
     lock = rundir.acquire(run)
     try:
