@@ -17,6 +17,7 @@ from scipy import stats
 
 from vit_lightning import ablation as ablations
 from vit_lightning.ablation import Ablation, Profile
+from vit_lightning.model import ENCODING_OPTIONS
 from vit_lightning.results import cli, store
 from vit_lightning.results.frame import cell_frame, runs_frame
 from vit_lightning.results.layouts import BUILDERS
@@ -42,6 +43,7 @@ def write_run(root: Path, ab: Ablation, cell: dict, seed: int, acc: float | None
     record = {
         "schema": 1, "name": name, "ablation": ab.name, "profile": profile, "status": status,
         "config": {"data.name": "mnist5k", "trainer.max_epochs": 3, "run.ablation": ab.name, "run.profile": profile,
+                   **{f"model.{k}": v for k, v in ENCODING_OPTIONS.items()},  # as a fit records them, at their defaults
                    "seed_everything": seed, **cell, **config},
         "metrics": {} if acc is None else {"val/acc": acc - 0.01, "val/acc_best": acc, "val/loss": 0.3},
         "history": history or [], "compute": compute or {}, "versions": {}, "wandb": None, "error": error,
@@ -738,3 +740,20 @@ def test_the_modern_profile_puts_every_encoding_at_its_natural_injection_and_say
     assert [ab.col_label(c) for c in cells] == [None, None, None, *["every block"] * 5, "after block 0"]
     assert ab.col_label({ENC: "peg", INJ: "every_layer"}) == "after every block but the last"
     assert set(modern.reference) <= {c[ENC] for c in cells} and modern.reference_note
+
+
+def test_a_run_trained_before_an_option_was_recorded_is_not_averaged_under_its_new_default(tmp_path):
+    """relative_1d's q.r scale was sqrt_d before model.relative_scale existed (now none): such a record is listed as
+    trained differently, not averaged; an encoding that does not read the option is averaged as before."""
+    ab = make("pos_encoding", ENC, INJ, [{ENC: ["none", "relative_1d"], INJ: ["stem"]}], seeds=(0,))
+    for enc in ("none", "relative_1d"):
+        name = write_run(tmp_path / "runs", ab, {ENC: enc, INJ: "stem"}, 0, 0.8, name=f"{enc}-old")
+        path = tmp_path / "runs/pos_encoding/demo" / name / "results.json"
+        record = json.loads(path.read_text())
+        del record["config"]["model.relative_scale"]  # written by a fit before the option existed
+        path.write_text(json.dumps(record))
+    write_run(tmp_path / "runs", ab, {ENC: "relative_1d", INJ: "stem"}, 0, 0.9, name="relative_1d-new", hour=11)
+    _, md = table(ab, tmp_path)
+    assert md_cells(md, "relative_1d-old")[-2] == ("settings differ from the profile: model.relative_scale='sqrt_d' "
+                                                   "(trained before the option was recorded; now: 'none')")
+    assert md_cells(md, "relative_1d")[1] == "**0.9000 (n=1)**" and md_cells(md, "none")[1] == "0.8000 (n=1)"

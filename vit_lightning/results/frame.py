@@ -10,6 +10,7 @@ import pandas as pd
 from vit_lightning.ablation import selector
 from vit_lightning.bookkeeping import SEED_KEY
 from vit_lightning.identity import number, plain, same
+from vit_lightning.model.position import ENCODING_OPTIONS, trained_options
 from vit_lightning.results.stats import summarize
 from vit_lightning.results.store import record_time
 
@@ -39,6 +40,11 @@ def _why_not_used(rec: dict, cell: int, metric: float, profile: Any) -> str:
     config = rec.get("config", {})
     changed = [f"{k}={config[k]!r} (profile: {v!r})" for k, v in sorted(profile.fixed.items())
                if not k.startswith("run.") and k in config and not same(v, config[k]) and not selector(v)]
+    model = {k.removeprefix("model."): v for k, v in config.items() if k.startswith("model.")}
+    for key, then in trained_options(model).items():  # an option recorded since: the run trained with its old value
+        now = profile.fixed.get(f"model.{key}", ENCODING_OPTIONS.get(key))
+        if key not in model and not same(then, now):
+            changed.append(f"model.{key}={then!r} (trained before the option was recorded; now: {now!r})")
     if changed:
         return "settings differ from the profile: " + ", ".join(changed)
     if cell < 0 and not getattr(profile, "search", None):  # a searched profile's points are its own
