@@ -145,7 +145,8 @@ def header(data: Data, tests: str, seen: str) -> list[tuple[str, str]]:
                        "averaged; N/A: not part of the design; missing: designed, no finished run"),
             *([("Columns", "; ".join(f"'{t}': {m}" for t, m in notes.items()))] if notes else []),
             *([("Selected", chosen)] if (chosen := selected(data)) else []),
-            ("Tests", tests), ("Our result", ". ".join(filter(None, [seen.rstrip("."), prof.scope])))]
+            ("Tests", tests), ("Our result", f"{seen.rstrip('.')}. {prof.scope}" if seen and prof.scope
+                                             else seen or prof.scope)]
 
 
 def excluded(data: Data) -> Table:
