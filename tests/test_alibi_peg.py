@@ -13,7 +13,7 @@ from tiny import TINY_MODEL
 
 from vit_lightning import ViT, cli, train
 from vit_lightning.model.position import Peg, alibi_slopes
-from vit_lightning.transfer import Source, account, start_from
+from vit_lightning.run.transfer import Source, account, start_from
 
 MICRO = dict(in_chans=1, num_classes=10, patch_size=4)
 

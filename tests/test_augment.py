@@ -6,8 +6,8 @@ import pickle
 import torch
 from torchvision.transforms.v2 import functional as F
 
-from vit_lightning.augment import BatchRandAugment
-from vit_lightning.data import CIFAR10_STATS, BatchCollate
+from vit_lightning.data.augment import BatchRandAugment
+from vit_lightning.data.datamodule import CIFAR10_STATS, BatchCollate
 
 
 def reference_op(img: torch.Tensor, name: str, bin_: int, negative: bool) -> torch.Tensor:

@@ -10,7 +10,14 @@ import torch
 from PIL import Image
 from torchvision import datasets
 
-from vit_lightning.data import DATASETS, MNIST_STATS, ViTDataModule, random_crop_flip, read_mnist5k, stratified_split
+from vit_lightning.data.datamodule import (
+    DATASETS,
+    MNIST_STATS,
+    ViTDataModule,
+    random_crop_flip,
+    read_mnist5k,
+    stratified_split,
+)
 
 
 def one_line_error(excinfo) -> str:

@@ -13,9 +13,10 @@ import torch
 from tiny import TINY_MODEL
 
 from vit_lightning import ablation as ablations
-from vit_lightning import cli, fewshot, train
+from vit_lightning import cli, train
 from vit_lightning.ablation import Ablation, Profile
-from vit_lightning.data import ViTDataModule
+from vit_lightning.analysis import fewshot
+from vit_lightning.data.datamodule import ViTDataModule
 from vit_lightning.model import ViT
 from vit_lightning.results import cli as table_cli
 

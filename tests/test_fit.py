@@ -84,7 +84,7 @@ def test_every_backbone_option_is_a_model_option_with_its_default():
 
     from vit_lightning.defaults import DEMO
     from vit_lightning.model import ViTConfig
-    from vit_lightning.module import ViTClassifier
+    from vit_lightning.run.module import ViTClassifier
     from vit_lightning.sweep.validate import fit_parser
 
     defaults = fit_parser().get_defaults()
@@ -151,7 +151,7 @@ def test_dispatcher_runs_fit(tmp_path, monkeypatch):
 
 def test_gflops_are_multiply_adds_including_attention():
     from vit_lightning.model import ViT
-    from vit_lightning.record import gflops_per_image
+    from vit_lightning.run.record import gflops_per_image
 
     # DeiT / timm tables: ViT-Ti/16 at 224 is 1.3 GFLOPs (one multiply-add = one FLOP, attention included).
     assert 1.2 < gflops_per_image(ViT("Ti", img_size=224, patch_size=16), 3, 224) < 1.3

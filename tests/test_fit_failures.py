@@ -8,7 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from vit_lightning import rundir, train
+from vit_lightning import train
+from vit_lightning.run import rundir
 from vit_lightning.sweep import cli as sweep_cli
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow  # every test here trains or starts processes that
 SIGNAL_AT_EPOCH_1 = r"""
 import os, sys
 from vit_lightning import train
-from vit_lightning.module import ViTClassifier
+from vit_lightning.run.module import ViTClassifier
 
 def on_train_epoch_start(self):
     if self.current_epoch == 1 and self.global_rank == int(os.environ.get("SIGNAL_RANK", "0")):
@@ -148,7 +149,7 @@ def test_a_read_only_run_root_is_one_line(readonly_dir, tmp_path, monkeypatch, c
 def test_a_full_disk_fails_the_run_with_its_reason_and_no_temp_files(small_disk, tmp_path, monkeypatch, capfd, tiny_fit, only_record):
     root, mounted = small_disk
     if not mounted:  # the checkpoint (the big write) cannot be written, as on a full disk
-        from vit_lightning import rundir
+        from vit_lightning.run import rundir
 
         def no_space(path, data):
             raise OSError(28, "No space left on device")

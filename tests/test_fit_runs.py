@@ -12,8 +12,9 @@ import pytest
 import torch
 from tiny import TINY_MODEL
 
-from vit_lightning import loggers, train
-from vit_lightning.module import ViTClassifier
+from vit_lightning import train
+from vit_lightning.run import loggers
+from vit_lightning.run.module import ViTClassifier
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
 
@@ -162,7 +163,7 @@ def test_ddp_two_cpu_processes_write_one_record(tmp_path, monkeypatch, only_reco
 NAN_ON_RANK_1 = r"""
 import sys
 from vit_lightning import train
-from vit_lightning.module import ViTClassifier
+from vit_lightning.run.module import ViTClassifier
 
 step = ViTClassifier.training_step
 
@@ -194,7 +195,7 @@ def test_ddp_nan_on_one_rank_stops_every_rank(tmp_path, only_record):
 
 
 def test_crash_before_training_is_recorded_as_failed(tmp_path, monkeypatch, only_record):
-    from vit_lightning.data import ViTDataModule
+    from vit_lightning.data.datamodule import ViTDataModule
 
     monkeypatch.chdir(tmp_path)
 

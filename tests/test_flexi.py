@@ -12,7 +12,7 @@ from tiny import TINY_MODEL
 
 from vit_lightning import ViT, cli, train
 from vit_lightning.model.flexi import pi_resize
-from vit_lightning.transfer import Source, start_from
+from vit_lightning.run.transfer import Source, start_from
 
 
 def _resize(x: torch.Tensor, size: int) -> torch.Tensor:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from vit_lightning import rundir
+from vit_lightning.run import rundir
 from vit_lightning.sweep import forkserver
 from vit_lightning.sweep.trials import executable
 

@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
-from vit_lightning import hyperband
-from vit_lightning.hyperband import parse, series, sweep_histories, verdict
+from vit_lightning.run import hyperband
+from vit_lightning.run.hyperband import parse, series, sweep_histories, verdict
 from vit_lightning.sweep import cli
 
 MAX = {"name": "val/acc", "goal": "maximize"}

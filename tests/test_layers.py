@@ -119,12 +119,13 @@ def test_an_upward_import_or_a_cycle_breaks_the_rule(tmp_path):
     copy = tmp_path / "vit_lightning"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     assert problems(copy) == []
-    with open(copy / "rundir.py", "a") as f:  # a function-local import from fit's floor
+    with open(copy / "run" / "rundir.py", "a") as f:  # a function-local import from fit's floor
         f.write("\n\ndef later():\n    from vit_lightning.train import main\n\n    return main\n")
     upward, cycle = problems(copy)  # train imports rundir, so the upward import closes a cycle too
-    assert upward == "vit_lightning.rundir (floor 1) imports vit_lightning.train (floor 5)"
-    assert cycle.startswith("import cycle: ") and {"vit_lightning.rundir", "vit_lightning.train"} <= set(cycle[14:].split(" <-> "))
-    shutil.copy(PACKAGE / "rundir.py", copy / "rundir.py")
-    with open(copy / "callbacks.py", "a") as f:  # record imports callbacks: one floor, but a cycle
-        f.write("\nfrom vit_lightning import record  # noqa\n")
-    assert problems(copy) == ["import cycle: vit_lightning.callbacks <-> vit_lightning.record"]
+    assert upward == "vit_lightning.run.rundir (floor 2) imports vit_lightning.train (floor 12)"
+    assert cycle.startswith("import cycle: ") and {"vit_lightning.run.rundir", "vit_lightning.train"} <= set(cycle[14:].split(" <-> "))
+    shutil.copy(PACKAGE / "run" / "rundir.py", copy / "run" / "rundir.py")
+    for module, other in (("hyperband", "loggers"), ("loggers", "hyperband")):  # one floor, but a cycle
+        with open(copy / "run" / f"{module}.py", "a") as f:
+            f.write(f"\nfrom vit_lightning.run import {other}  # noqa\n")
+    assert problems(copy) == ["import cycle: vit_lightning.run.hyperband <-> vit_lightning.run.loggers"]

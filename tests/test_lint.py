@@ -58,7 +58,10 @@ def test_every_lightning_hook_we_define_says_override():
     from lightning.pytorch.cli import LightningCLI
     from lightning.pytorch.loggers import Logger
 
-    from vit_lightning import callbacks, data, fewshot, loggers, module, record, rundir, train, transfer
+    from vit_lightning import train
+    from vit_lightning.analysis import fewshot
+    from vit_lightning.data import datamodule as data
+    from vit_lightning.run import callbacks, loggers, module, record, rundir, transfer
 
     bases = (pl.Callback, pl.LightningModule, pl.LightningDataModule, Logger, LightningCLI, rundir.TorchCheckpointIO)
     classes = [c for m in (callbacks, data, fewshot, loggers, module, record, rundir, train, transfer) for _, c in

@@ -303,7 +303,7 @@ def test_config_is_plain_values():
     ({"pos_encoding": "learned_1d"}, None),  # an encoding that does not read it gets nothing
 ])
 def test_a_checkpoint_is_read_with_the_relative_scale_it_trained_with(tmp_path, options, expected):
-    from vit_lightning.rundir import read_checkpoint
+    from vit_lightning.run.rundir import read_checkpoint
 
     torch.save({"state_dict": {}, "hyper_parameters": options}, tmp_path / "last.ckpt")
     assert read_checkpoint(tmp_path / "last.ckpt")["hyper_parameters"].get("relative_scale") == expected

@@ -7,7 +7,7 @@ import pytest
 from tiny import TINY_MODEL
 
 from vit_lightning import train
-from vit_lightning.module import ViTClassifier, decay_groups
+from vit_lightning.run.module import ViTClassifier, decay_groups
 
 TINY = [*TINY_MODEL, "--trainer.limit_val_batches=1"]
 

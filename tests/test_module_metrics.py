@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from tiny import TINY_MODEL
 
 from vit_lightning import train
-from vit_lightning.data import ViTDataModule
+from vit_lightning.data.datamodule import ViTDataModule
 from vit_lightning.model.pooling import HEADS
-from vit_lightning.module import ViTClassifier
+from vit_lightning.run.module import ViTClassifier
 
 # lr ~ 0: the weights barely move in the epoch, so the epoch's training loss is the loss of the final
 # weights over the whole training split, whatever the order of the batches. The head starts random

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vit_lightning import ViT
-from vit_lightning.module import ViTClassifier, decay_groups
+from vit_lightning.run.module import ViTClassifier, decay_groups
 
 MICRO = dict(img_size=28, in_chans=1, num_classes=10, patch_size=4)
 

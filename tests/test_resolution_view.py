@@ -4,7 +4,7 @@ import json
 
 from test_results import make, md_cells, table, write_run
 
-from vit_lightning.evaluate import add_eval
+from vit_lightning.analysis.evaluate import add_eval
 from vit_lightning.results.resolution import accuracy_by_size
 
 ENC = "model.pos_encoding"
@@ -45,7 +45,7 @@ def test_the_grid_table_shows_each_cell_at_every_evaluated_size(tmp_path):
 
 
 def test_a_table_made_before_an_eval_into_the_record_takes_it_up_when_made_again(tmp_path):
-    from vit_lightning.rundir import update_record
+    from vit_lightning.run.rundir import update_record
 
     ab = make("resolution", ENC, None, [{ENC: ["none"]}], seeds=(0,), baseline={ENC: "none"})
     name = write_run(tmp_path / "runs", ab, {ENC: "none"}, 0, 0.85, **{"model.img_size": 28})

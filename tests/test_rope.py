@@ -16,7 +16,7 @@ from vit_lightning.model.config import ViTConfig
 from vit_lightning.model.layers import keeping_attention
 from vit_lightning.model.position import ENCODINGS, Rope, RopeMixed
 from vit_lightning.model.timm_weights import load_timm_weights
-from vit_lightning.transfer import Source, account, read_source, start_from
+from vit_lightning.run.transfer import Source, account, read_source, start_from
 
 ROPES = ["rope_axial", "rope_mixed", "learned_1d+rope_axial", "learned_1d+rope_mixed"]
 SMALL = dict(img_size=28, patch_size=7, in_chans=1, num_classes=5, width=32, depth=2, heads=2, mlp_dim=64)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vit_lightning import cli, rundir
+from vit_lightning import cli
+from vit_lightning.run import rundir
 
 PACKAGE = Path(rundir.__file__).parent
 IMPORT = re.compile(r"\s*(from|import) ")

@@ -10,9 +10,15 @@ import torch
 from tiny import TINY_MODEL
 
 from vit_lightning import train
-from vit_lightning.evaluate import accuracy
+from vit_lightning.analysis.evaluate import accuracy
+from vit_lightning.analysis.shuffle import (
+    ShuffledAccuracy,
+    block_error,
+    permutations,
+    shuffle_blocks,
+    shuffled_accuracy,
+)
 from vit_lightning.model import ViT
-from vit_lightning.shuffle import ShuffledAccuracy, block_error, permutations, shuffle_blocks, shuffled_accuracy
 
 
 def naive_shuffle(x: torch.Tensor, block: int, perm: torch.Tensor) -> torch.Tensor:

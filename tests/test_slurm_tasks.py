@@ -1,6 +1,6 @@
 """The allocation's task layout against fit's devices, without a scheduler: the one-line advice it gives."""
 
-from vit_lightning.slurm_tasks import task_error
+from vit_lightning.run.slurm_tasks import task_error
 
 BATCH = {"SLURM_JOB_NAME": "train", "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1"}  # a job script's own shell
 

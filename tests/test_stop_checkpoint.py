@@ -8,8 +8,9 @@ import signal
 import pytest
 from tiny import TINY_MODEL
 
-from vit_lightning import rundir, train
-from vit_lightning.module import ViTClassifier
+from vit_lightning import train
+from vit_lightning.run import rundir
+from vit_lightning.run.module import ViTClassifier
 
 TINY = [*TINY_MODEL, "--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2", "--run.fewshot_shots=[]",
         "--trainer.log_every_n_steps=1", "--trainer.max_epochs=2"]

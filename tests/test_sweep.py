@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vit_lightning import hyperband
 from vit_lightning.ablation import available, load
+from vit_lightning.run import hyperband
 from vit_lightning.sweep import cli, expand, wandb_backend, yamls
 from vit_lightning.sweep.expand import render_args
 

@@ -75,7 +75,7 @@ def test_a_signal_to_the_sweep_is_forwarded_and_the_sweep_resumes(stand_in, sig,
 
 
 def test_a_trial_whose_run_dir_another_process_holds_is_not_started(stand_in, tmp_path, monkeypatch, capsys):
-    from vit_lightning import rundir
+    from vit_lightning.run import rundir
     from vit_lightning.sweep import trials
 
     monkeypatch.setenv("FAKE_MARKER", str(tmp_path / "marker.txt"))

@@ -252,7 +252,7 @@ def test_swin_ablation_runs_table4_with_the_papers_numbers_and_recipe():
 @pytest.mark.slow
 def test_fewshot_on_a_swin_run_during_fit_and_from_its_checkpoint(tmp_path, monkeypatch):
     """fit's few-shot probe reads Swin's pooled features; `vit-ablate fewshot` on the run repeats its numbers."""
-    from vit_lightning import fewshot
+    from vit_lightning.analysis import fewshot
 
     monkeypatch.chdir(tmp_path)
     argv = [a for a in TINY if not a.startswith("--run.fewshot_shots")]

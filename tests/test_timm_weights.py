@@ -224,7 +224,7 @@ def test_layer_scale_is_evas_gamma():
 
 @pytest.mark.parametrize("name,img_size", [*((name, None) for name in NAMED), ("vit_small_patch14_reg4_dinov2", 224)])
 def test_init_from_a_timm_file_gives_timm_logits(name, img_size, tmp_path, monkeypatch):
-    from vit_lightning.transfer import read_source, start_from
+    from vit_lightning.run.transfer import read_source, start_from
 
     reference = _named(name)
     weights = tmp_path / f"{name}.pth"

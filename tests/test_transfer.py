@@ -12,7 +12,7 @@ from tiny import TINY_MODEL
 
 from vit_lightning import ViT, cli, train
 from vit_lightning.model.position import sincos_2d_table
-from vit_lightning.transfer import Source, read_source, start_from
+from vit_lightning.run.transfer import Source, read_source, start_from
 
 OLD = dict(img_size=28, patch_size=7, in_chans=1, num_classes=10, width=32, depth=2, heads=2, mlp_dim=64)
 
@@ -191,8 +191,8 @@ def test_eval_at_another_resolution_writes_a_record(tmp_path, capsys):
     assert cli.main(["eval", str(run), "--shots", "--out", str(tmp_path / "e.json")]) == 0
     fitted = json.loads((run / "results.json").read_text())["metrics"]["val/acc"]
     # fit validated 8 batches of 32: the same batches through eval's loop give fit's number
-    from vit_lightning.evaluate import accuracy
-    from vit_lightning.trained import load_trained
+    from vit_lightning.analysis.evaluate import accuracy
+    from vit_lightning.analysis.trained import load_trained
 
     trained = load_trained(run, batch_size=32)
     loader = trained.data.val_dataloader()
@@ -241,7 +241,7 @@ def test_bad_sources_are_one_line_before_anything_is_written(tmp_path, capsys):
 
 
 def test_a_swin_source_is_refused_in_one_line(tmp_path, capsys):
-    from vit_lightning.module import ViTClassifier
+    from vit_lightning.run.module import ViTClassifier
 
     swin = ViTClassifier(arch="swin", variant="micro", patch_size=2, img_size=28, in_chans=1, num_classes=10)
     torch.save({"state_dict": swin.state_dict(), "hyper_parameters": dict(swin.hparams)}, tmp_path / "swin.ckpt")

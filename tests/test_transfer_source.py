@@ -11,7 +11,7 @@ import torch
 from tiny import TINY_MODEL
 
 from vit_lightning import train
-from vit_lightning.transfer import read_source
+from vit_lightning.run.transfer import read_source
 
 TINY = [*TINY_MODEL, "--data.batch_size=32", "--trainer.max_epochs=1", "--trainer.limit_val_batches=2",
         "--run.wandb=off", "--run.fewshot_shots=[]"]
@@ -105,7 +105,7 @@ def test_a_source_retrained_in_the_same_process_is_read_anew(source_run, tmp_pat
 
 def _finished_source(path, **options):
     """A run directory holding a checkpoint of a ViT of `options` and a completed record (no training)."""
-    from vit_lightning.module import ViTClassifier
+    from vit_lightning.run.module import ViTClassifier
 
     path.mkdir(parents=True)
     model = ViTClassifier(**{"variant": "micro", "patch_size": 7, "img_size": 28, "in_chans": 1, "num_classes": 10,

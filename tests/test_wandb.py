@@ -237,7 +237,7 @@ def test_a_signal_marks_the_run_preempting_and_an_error_does_not():
 
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from vit_lightning import loggers
+    from vit_lightning.run import loggers
 
     record = SimpleNamespace(record={"status": "failed", "metrics": {"val/acc_best": 0.5}, "compute": {"params": 7}})
     for exception, preempting in ((KeyboardInterrupt(), True), (SIGTERMException(), True), (RuntimeError(), False)):
@@ -256,7 +256,7 @@ def test_self_hosted_login_is_found_as_wandb_finds_it(tmp_path, monkeypatch):
     """`wandb login --host URL` saves base_url in wandb's settings file and the key in netrc under that host."""
     import wandb
 
-    from vit_lightning import loggers
+    from vit_lightning.run import loggers
 
     key = "k" * 40
 
@@ -405,7 +405,8 @@ SRUN_TASK = {"SLURM_JOB_ID": "5151", "SLURM_JOB_NAME": "vit-trial", "SLURM_NTASK
 def test_a_printed_trial_config_runs_under_srun_and_requeues_into_its_own_run_dir(tmp_path, monkeypatch, capsys):
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
-    from vit_lightning import rundir, train
+    from vit_lightning import train
+    from vit_lightning.run import rundir
 
     monkeypatch.chdir(tmp_path)
     assert cli.main(["pos_encoding", "--trial-config", "2"]) == 0
@@ -439,7 +440,7 @@ def test_a_printed_trial_config_runs_under_srun_and_requeues_into_its_own_run_di
 # ---- data: agents starting together download once ------------------------------------------------------
 
 def test_concurrent_downloads_take_turns(tmp_path, monkeypatch):
-    from vit_lightning import data
+    from vit_lightning.data import datamodule as data
 
     busy, overlaps, calls = threading.Lock(), [], []
 
@@ -482,8 +483,8 @@ def test_fit_with_w_and_b_unreachable_says_so_in_one_line_and_logs_offline(tmp_p
 
 def test_a_local_resume_continues_the_w_and_b_run_in_its_own_project_and_entity(tmp_path, monkeypatch):
     """An agent's trial resumed outside the agent goes on in the run it recorded: id, project and entity."""
-    from vit_lightning import loggers
-    from vit_lightning.rundir import write_record
+    from vit_lightning.run import loggers
+    from vit_lightning.run.rundir import write_record
 
     monkeypatch.delenv("WANDB_SWEEP_ID", raising=False)
     write_record(tmp_path, {"status": "interrupted",
@@ -504,7 +505,7 @@ def test_a_resend_after_the_service_died_skips_the_rows_a_server_already_has(mon
 
     import wandb
 
-    from vit_lightning import loggers
+    from vit_lightning.run import loggers
 
     monkeypatch.setattr(loggers._Service, "gone", False)  # restored after the test, whatever happens in it
     logger = loggers.GuardedWandbLogger(mode="online", name="trial", save_dir="/tmp/x", project="p", group="g",

@@ -18,7 +18,7 @@ from vit_lightning.defaults import DEMO
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
 
 METRIC = BEST_METRIC
-# top-1 lost when each image's patches are shuffled (vit_lightning/shuffle.py): a column for position ablations
+# top-1 lost when each image's patches are shuffled (vit_lightning/analysis/shuffle.py): a column for position ablations
 SHUFFLE_COLUMN = {SHUFFLE_DROP: "shuffle drop"}
 # How an ablation's table reads (Ablation.layout); results/ has one builder per layout.
 LAYOUTS = {

@@ -12,8 +12,8 @@ COMMANDS = {
     "sweeps": ("vit_lightning.sweep.cli:write_main", "regenerate sweeps/*.yaml from ablations/"),
     "table": ("vit_lightning.results.cli:main", "regenerate an ablation's tables and plots from run records"),
     "viz": ("vit_lightning.viz.cli:main", "the paper's analysis figures (attention, position embeddings) of a run"),
-    "fewshot": ("vit_lightning.fewshot:main", "few-shot linear accuracy of a finished run, into its record"),
-    "eval": ("vit_lightning.evaluate:main", "top-1, top-5, loss and few-shot of a run or timm model on any data"),
+    "fewshot": ("vit_lightning.analysis.fewshot:main", "few-shot linear accuracy of a finished run, into its record"),
+    "eval": ("vit_lightning.analysis.evaluate:main", "top-1, top-5, loss and few-shot of a run or timm model on any data"),
     "bench": ("vit_lightning.bench.cli:main", "training step vs timm and the matmul peak; loader throughput"),
     "gpu-check": ("vit_lightning.bench.gpu_check:main", "one short run that proves a GPU machine (--dry-run: CPU)"),
 }

@@ -1,15 +1,25 @@
-"""The layer rule: every module sits on a floor and imports only from its own floor or below (tests/test_layers.py).
+"""The layer rule: every module sits on a floor and imports only from floors below its own (tests/test_layers.py).
 
-Floors from the bottom. A name is a module or a subpackage of vit_lightning (a subpackage holds all its modules);
-`__init__` is the package's own __init__.py, which re-exports the model. Imports on one floor must not form a cycle.
+Floors from the bottom. A name is a module or a subpackage of vit_lightning, dotted below the package
+(`run.rundir`); a subpackage named whole holds all its modules, and the longest name that matches places a module.
+`__init__` is the package's own __init__.py, which re-exports the model; a subpackage's __init__ holds only its
+docstring and sits on the ground floor. Modules that share a floor must not import each other in a cycle.
 """
 
 FLOORS = (
-    ("bookkeeping", "identity", "defaults", "compat", "plotstyle", "slurm_tasks", "floors"),  # plain vocabulary
-    ("model", "augment", "data", "rundir", "ablation", "__init__"),  # parts; a run dir's lock, record, checkpoint
-    ("transfer",),  # resolve an init_from source, adopt its architecture, reshape its weights
-    ("module",),  # the LightningModule
-    ("callbacks", "record", "loggers", "hyperband", "trained", "fewshot", "shuffle", "evaluate"),  # what fit attaches; a trained run
+    ("bookkeeping", "identity", "defaults", "compat", "plotstyle", "floors",
+     "data.__init__", "run.__init__", "analysis.__init__"),  # plain vocabulary; the folders' docstrings
+    ("model", "data", "ablation", "__init__", "run.slurm_tasks"),  # the parts a run is built from
+    ("run.rundir",),  # a run dir's lock, record and checkpoints
+    ("run.transfer",),  # resolve an init_from source, adopt its architecture, reshape its weights
+    ("run.module",),  # the LightningModule
+    ("run.callbacks",),  # what fit attaches: stops, reseeding, progress lines
+    ("run.record",),  # the run record fit keeps
+    ("run.hyperband", "run.loggers"),  # early termination from the records; the CSV and W&B loggers
+    ("analysis.trained",),  # a trained run loaded back
+    ("analysis.fewshot",),  # few-shot probes of its frozen features
+    ("analysis.shuffle",),  # its accuracy with the patches shuffled
+    ("analysis.evaluate",),  # `vit-ablate eval`
     ("train",),  # `vit-ablate fit`
     ("sweep", "results", "viz", "bench"),  # the commands around fit
     ("cli",),  # `vit-ablate`
@@ -20,9 +30,12 @@ ABLATIONS_IMPORT = ("vit_lightning.ablation", "vit_lightning.model")
 
 def floor(module: str) -> int:
     """The floor of a dotted module name under vit_lightning; KeyError for a module no floor names."""
-    parts = module.split(".")
-    name = parts[1] if len(parts) > 1 else "__init__"
-    for level, names in enumerate(FLOORS):
-        if name in names:
-            return level
+    parts = module.split(".")[1:] or ["__init__"]
+    if len(parts) == 1 and any(n.startswith(parts[0] + ".") for names in FLOORS for n in names):
+        parts.append("__init__")  # a subpackage whose modules sit on several floors: its __init__
+    for depth in range(len(parts), 0, -1):
+        name = ".".join(parts[:depth])
+        for level, names in enumerate(FLOORS):
+            if name in names:
+                return level
     raise KeyError(f"{module} is on no floor: add it to vit_lightning/floors.py")

@@ -25,21 +25,29 @@ from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningCLI
 from typing_extensions import override
 
-from vit_lightning import fewshot, loggers, rundir, transfer
+from vit_lightning.analysis import fewshot
+from vit_lightning.analysis.evaluate import StartAccuracy
+from vit_lightning.analysis.shuffle import PERMUTATIONS, ShuffledAccuracy
 from vit_lightning.bookkeeping import GRACE_ENV, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, SWEEP_PID_ENV, describe
-from vit_lightning.callbacks import ConfigToLoggers, DivergenceStop, EpochPrinter, EpochSeed, StopSignal, stop_signal
 from vit_lightning.compat.lightning import set_collective_timeout
-from vit_lightning.data import ViTDataModule
+from vit_lightning.data.datamodule import ViTDataModule
 from vit_lightning.defaults import DEMO
-from vit_lightning.evaluate import StartAccuracy
-from vit_lightning.hyperband import HyperbandStop
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, trial_name
-from vit_lightning.module import ViTClassifier
-from vit_lightning.record import RunRecord, model_facts
-from vit_lightning.rundir import RunDir, resume_point, use_atomic_checkpoints
-from vit_lightning.shuffle import PERMUTATIONS, ShuffledAccuracy
-from vit_lightning.slurm_tasks import task_error
+from vit_lightning.run import loggers, rundir, transfer
+from vit_lightning.run.callbacks import (
+    ConfigToLoggers,
+    DivergenceStop,
+    EpochPrinter,
+    EpochSeed,
+    StopSignal,
+    stop_signal,
+)
+from vit_lightning.run.hyperband import HyperbandStop
+from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.record import RunRecord, model_facts
+from vit_lightning.run.rundir import RunDir, resume_point, use_atomic_checkpoints
+from vit_lightning.run.slurm_tasks import task_error
 
 # Every fit's trainer defaults; with no options `fit` trains the demo (defaults.DEMO). GPU users add
 # --trainer.precision=bf16-mixed (and --trainer.deterministic=true for bitwise repeats); CPU kernels

@@ -27,7 +27,7 @@ import vit_lightning
 from vit_lightning.ablation import BASE
 from vit_lightning.bench import cli as bench
 from vit_lightning.bench.report import render_markdown
-from vit_lightning.rundir import read_record, run_dirs
+from vit_lightning.run.rundir import read_record, run_dirs
 
 # The bench's arguments on the GPU and in the dry run (tiny sizes, one round, the CPU's own profile).
 GPU_BENCH = ["--variant", "B", "--img-size", "224", "--patch-size", "16", "--batch-size", "128", "--steps", "10",

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from scipy.stats import ttest_ind
 from timm.models.vision_transformer import VisionTransformer
 
-from vit_lightning.data import ViTDataModule
+from vit_lightning.data.datamodule import ViTDataModule
 from vit_lightning.model import ViT
 
 SIZE = dict(img_size=28, in_chans=1, num_classes=10, patch_size=4)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from vit_lightning.ablation import BASE
-from vit_lightning.data import ViTDataModule
+from vit_lightning.data.datamodule import ViTDataModule
 
 PROFILES = tuple(BASE)  # demo, cifar10, imagenet
 JPEG_SIZE = (500, 375)  # about ImageNet's mean training image (W, H)

@@ -72,9 +72,11 @@ def instrument() -> None:
     from lightning.pytorch.plugins.precision.precision import Precision
     from torchmetrics.classification.stat_scores import MulticlassStatScores
 
-    from vit_lightning import data, module, record, train
+    from vit_lightning import train
     from vit_lightning.compat.lightning import loop_classes
+    from vit_lightning.data import datamodule as data
     from vit_lightning.model import vit
+    from vit_lightning.run import module, record
 
     timed(train.FitCLI, "__init__", "start-up: parse options, build data module, model, trainer")
     timed(module.ViTClassifier, "__init__", "start-up: build the model")
@@ -104,8 +106,8 @@ def plain_epochs(epochs: int, fused: bool) -> tuple[float, float]:
     import torch
     import torch.nn.functional as F
 
-    from vit_lightning.data import ViTDataModule
-    from vit_lightning.module import ViTClassifier, _lr_factor
+    from vit_lightning.data.datamodule import ViTDataModule
+    from vit_lightning.run.module import ViTClassifier, _lr_factor
 
     torch.manual_seed(0)
     dm = ViTDataModule(name="mnist5k", batch_size=32, random_crop=False)
@@ -148,7 +150,7 @@ def sweep_split(folders: list[str], trials: int | None = None) -> list[str]:
     from datetime import datetime
     from pathlib import Path
 
-    from vit_lightning.rundir import read_record
+    from vit_lightning.run.rundir import read_record
 
     lines = []
     for folder in folders:

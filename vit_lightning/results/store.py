@@ -13,7 +13,7 @@ from typing import Any
 
 from vit_lightning.bookkeeping import FINAL, RECORD, SUMMARY_FIELDS, write_atomic
 from vit_lightning.identity import flatten, number, plain
-from vit_lightning.rundir import record_bytes, run_dirs
+from vit_lightning.run.rundir import record_bytes, run_dirs
 
 # W&B run state -> our record status, for runs whose summary has no final status (W&B has no "diverged")
 WANDB_STATES = {"finished": "completed", "running": "running", "pending": "running",

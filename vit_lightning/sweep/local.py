@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vit_lightning import rundir
 from vit_lightning.bookkeeping import FINAL, describe, now, one_line, write_atomic
+from vit_lightning.run import rundir
 from vit_lightning.sweep import forkserver
 from vit_lightning.sweep.supervise import Supervisor
 from vit_lightning.sweep.trials import Trial, executable, find_record, swept_keys

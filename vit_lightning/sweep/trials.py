@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vit_lightning import hyperband
 from vit_lightning.bookkeeping import RECORD
 from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, world_size
 from vit_lightning.model.family import trial_name
-from vit_lightning.rundir import load_record
+from vit_lightning.run import hyperband
+from vit_lightning.run.rundir import load_record
 from vit_lightning.sweep.expand import expand, render_args
 
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]  # W&B's default
@@ -101,7 +101,7 @@ def make(config: dict, params: dict[str, Any], gpus: int = 0) -> Trial:
     """One trial of a sweep config, handed its id as `--run.trial`."""
     named = params
     if params.get(SOURCE_KEY):  # one name for every spelling of the source's path
-        from vit_lightning.transfer import named_by_source  # torch: only for sweeps that name a source
+        from vit_lightning.run.transfer import named_by_source  # torch: only for sweeps that name a source
 
         named = named_by_source(params)
     given = {**params, TRIAL_KEY: trial_name(named, world_size(params, gpus))}
@@ -142,7 +142,7 @@ SOURCE_KEY = "model.init_from"  # a trial started from another run names that ru
 def missing_sources(all_trials: list[Trial], options: str = "") -> str | None:
     """One line naming the source runs (model.init_from run directories) without a finished record and the
     sweeps that make them; None when every source has finished. `options`: added to each command."""
-    from vit_lightning.transfer import source_kind, source_problem  # torch and Lightning: only for a transfer sweep
+    from vit_lightning.run.transfer import source_kind, source_problem  # torch and Lightning: only for a transfer sweep
 
     missing: dict[tuple[str, str], list[str]] = {}
     for trial in all_trials:

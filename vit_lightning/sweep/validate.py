@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from vit_lightning import hyperband
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
+from vit_lightning.run import hyperband
 from vit_lightning.sweep.expand import METHODS, SWEEP_KEYS, distribution, render_args
 
 
@@ -150,7 +150,7 @@ def known_keys() -> set[str]:
 def check_trial(args: list[str]) -> None:
     """One trial's `${args}` as fit would take them: types, choices, a budget that trains, data options the data
     module takes, a model that builds (no data read, no memory used)."""
-    from vit_lightning.data import check_options
+    from vit_lightning.data.datamodule import check_options
     from vit_lightning.train import settings_error
 
     namespace = parse_trial(args)
@@ -170,7 +170,7 @@ def adopt_source(namespace, args: list[str]) -> None:
 
     A source still to be trained is left to `trials.missing_sources`; a timm source is not downloaded here.
     """
-    from vit_lightning import transfer
+    from vit_lightning.run import transfer
 
     text = namespace.get("model.init_from")
     if not text or transfer.source_kind(text) == "timm" or transfer.source_problem(text):
@@ -203,7 +203,7 @@ def parse_trial(args: list[str]):
 
 def data_shape(data: dict) -> dict[str, Any]:
     """The model options `fit` links from the data (train.LINKED), from the dataset's facts alone: no files read."""
-    from vit_lightning.data import SOURCES
+    from vit_lightning.data.datamodule import SOURCES
 
     source = SOURCES[data["name"]]
     # an image folder's class count is known only from disk; any count builds the same shapes
@@ -225,7 +225,7 @@ def _model_error(options: str) -> str | None:
     """Build the module on the meta device (every check of the model runs, no memory is used); its error or None."""
     import torch
 
-    from vit_lightning.module import ViTClassifier
+    from vit_lightning.run.module import ViTClassifier
 
     try:
         with torch.device("meta"):

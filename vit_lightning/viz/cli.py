@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from vit_lightning.bookkeeping import RECORD
-from vit_lightning.rundir import Busy, RunDirError, checkpoint_path, update_record
+from vit_lightning.run.rundir import Busy, RunDirError, checkpoint_path, update_record
 from vit_lightning.viz import analysis
 from vit_lightning.viz.run import VizError, artifact_metrics, compute, draw, load_run, log_to_wandb
 

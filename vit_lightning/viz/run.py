@@ -11,12 +11,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from vit_lightning.analysis.trained import Trained, TrainedError, build_data, load_trained
 from vit_lightning.bookkeeping import one_line
 from vit_lightning.compat.wandb import env_mode
 from vit_lightning.model.family import family_of
 from vit_lightning.model.position import Relative1d
 from vit_lightning.model.stems import PatchStem
-from vit_lightning.trained import Trained, TrainedError, build_data, load_trained
 from vit_lightning.viz import analysis, rope
 from vit_lightning.viz.figures import (
     Panel,

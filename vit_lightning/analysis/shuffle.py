@@ -25,9 +25,9 @@ import torch
 from lightning.fabric.utilities.rank_zero import rank_zero_warn
 from typing_extensions import override
 
+from vit_lightning.analysis.fewshot import frozen, preserved_rng
 from vit_lightning.bookkeeping import SHUFFLE_DROP, SHUFFLED_ACC
-from vit_lightning.fewshot import frozen, preserved_rng
-from vit_lightning.record import RunRecord
+from vit_lightning.run.record import RunRecord
 
 PERMUTATIONS = 3  # shuffles per image; each costs one more forward pass over the validation batches
 SEED = 0  # the permutations' seed: the same blocks moved the same way in every run

@@ -16,7 +16,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 from typing_extensions import override
 
-from vit_lightning.augment import BatchRandAugment
+from vit_lightning.data.augment import BatchRandAugment
 
 __all__ = ["ViTDataModule", "DATASETS"]
 

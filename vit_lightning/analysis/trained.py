@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from vit_lightning.bookkeeping import one_line
-from vit_lightning.rundir import RunDirError, checkpoint_path, checkpoint_record, data_options, read_checkpoint
+from vit_lightning.run.rundir import RunDirError, checkpoint_path, checkpoint_record, data_options, read_checkpoint
 
 
 class TrainedError(ValueError):
@@ -30,7 +30,7 @@ class Trained(NamedTuple):
 
 def load_trained(path: Path, data: bool = True, **changes) -> Trained:
     """The run at `path` (run dir or .ckpt): model, set-up data module (with `changes` to its options), record."""
-    from vit_lightning.module import ViTClassifier
+    from vit_lightning.run.module import ViTClassifier
 
     ckpt = checkpoint_path(path)
     try:
@@ -51,7 +51,7 @@ def load_trained(path: Path, data: bool = True, **changes) -> Trained:
 
 def build_data(options: dict | None, **changes):
     """A ViTDataModule of a run's data options, set up for validation, with `changes` (None values: kept)."""
-    from vit_lightning.data import ViTDataModule
+    from vit_lightning.data.datamodule import ViTDataModule
 
     if options is None:
         raise TrainedError("the checkpoint names no data and no results.json is beside it")

@@ -26,10 +26,10 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 from typing_extensions import override
 
+from vit_lightning.analysis.trained import load_trained
 from vit_lightning.bookkeeping import RECORD
-from vit_lightning.record import RunRecord
-from vit_lightning.rundir import Busy, check_free, checkpoint_path, update_record
-from vit_lightning.trained import load_trained
+from vit_lightning.run.record import RunRecord
+from vit_lightning.run.rundir import Busy, check_free, checkpoint_path, update_record
 
 SHOTS = (1, 5, 10, 25)
 DRAWS = 3

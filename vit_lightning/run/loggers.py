@@ -28,8 +28,8 @@ from typing_extensions import override
 from vit_lightning.bookkeeping import BEST_METRIC, FINAL, SUMMARY_FIELDS, one_line
 from vit_lightning.compat.wandb import credentials as wandb_credentials
 from vit_lightning.compat.wandb import env_mode
-from vit_lightning.record import RunRecord
-from vit_lightning.rundir import load_record
+from vit_lightning.run.record import RunRecord
+from vit_lightning.run.rundir import load_record
 
 MODES = ("auto", "online", "offline", "off")
 STEP_KEY = "trainer/global_step"  # the step Lightning's WandbLogger adds to each history row

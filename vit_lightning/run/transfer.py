@@ -20,7 +20,7 @@ from vit_lightning.model.build import build_backbone, timm_twin
 from vit_lightning.model.config import ViTConfig
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, architecture_keys
 from vit_lightning.model.position import resize_note
-from vit_lightning.rundir import RunDirError, checkpoint_record, data_options, read_checkpoint
+from vit_lightning.run.rundir import RunDirError, checkpoint_record, data_options, read_checkpoint
 
 RESIZED = ("patch_size",)  # architecture options a patch-stem source may change: its kernel is PI-resized (FlexiViT)
 DATA_KEYS = ("img_size", "in_chans", "num_classes")  # from the new data; img_size and num_classes may change

@@ -26,8 +26,8 @@ from typing_extensions import override
 
 from vit_lightning.bookkeeping import BEST_METRIC
 from vit_lightning.identity import normalize
-from vit_lightning.record import HISTORY_KEYS
-from vit_lightning.rundir import load_record
+from vit_lightning.run.record import HISTORY_KEYS
+from vit_lightning.run.rundir import load_record
 
 ENV = "VIT_ABLATE_EARLY_TERMINATE"  # JSON {rule: early_terminate, metric: {name, goal}, fixed: {key: value}}
 FIELDS = ("type", "min_iter", "max_iter", "s", "eta", "strict")

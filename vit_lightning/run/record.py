@@ -15,9 +15,9 @@ from lightning.pytorch.loggers import WandbLogger
 from typing_extensions import override
 
 from vit_lightning.bookkeeping import BEST_METRIC, now, one_line
-from vit_lightning.callbacks import DivergenceStop, stop_signal
 from vit_lightning.identity import number, plain
-from vit_lightning.rundir import load_record, write_record
+from vit_lightning.run.callbacks import DivergenceStop, stop_signal
+from vit_lightning.run.rundir import load_record, write_record
 
 SCHEMA = 1
 HISTORY_KEYS = ("val/acc", "val/acc5", "val/loss", "train/loss", "train/acc")

@@ -30,13 +30,15 @@ import torch.nn.functional as F
 import yaml
 from typing_extensions import override
 
-from vit_lightning import fewshot
+from vit_lightning.analysis import fewshot
+from vit_lightning.analysis.shuffle import PERMUTATIONS, block_error, shuffled_accuracy, validation_batches
+from vit_lightning.analysis.trained import TrainedError, build_data, load_trained
 from vit_lightning.bookkeeping import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC, now, write_atomic
 from vit_lightning.identity import plain
 from vit_lightning.model.build import build_backbone
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
-from vit_lightning.record import RunRecord
-from vit_lightning.rundir import (
+from vit_lightning.run.record import RunRecord
+from vit_lightning.run.rundir import (
     Busy,
     RunDirError,
     check_free,
@@ -45,9 +47,7 @@ from vit_lightning.rundir import (
     read_record,
     update_record,
 )
-from vit_lightning.shuffle import PERMUTATIONS, block_error, shuffled_accuracy, validation_batches
-from vit_lightning.trained import TrainedError, build_data, load_trained
-from vit_lightning.transfer import (
+from vit_lightning.run.transfer import (
     RESAMPLE,
     Source,
     SourceError,

@@ -12,7 +12,7 @@ from typing_extensions import override
 
 from vit_lightning.model import ViT, build_backbone
 from vit_lightning.model.config import check_choice
-from vit_lightning.transfer import RESAMPLE, read_source, start_from
+from vit_lightning.run.transfer import RESAMPLE, read_source, start_from
 
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
