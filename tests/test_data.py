@@ -382,7 +382,7 @@ def test_unknown_name_lists_valid_names():
         ViTDataModule("imagenet21k")
     msg = one_line_error(err)
     assert "imagenet21k" in msg and all(n in msg for n in DATASETS)
-    assert DATASETS == ("mnist5k", "cifar10", "cifar100", "imagefolder", "synthetic")
+    assert DATASETS == ("mnist5k", "cifar10", "cifar100", "imagefolder", "synthetic", "glyphs", "translated_mnist")
 
 
 @pytest.mark.parametrize("kw", [{"val_split": 0.0}, {"val_split": 1.0}, {"batch_size": 0}, {"mixup_alpha": -1.0}])

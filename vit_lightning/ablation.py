@@ -106,6 +106,11 @@ class Ablation:
     # control profiles: suffix -> column title; profile P's table shows profile P+suffix's accuracy per cell
     controls: dict[str, str] = field(default_factory=dict)
     column_notes: dict[str, str] = field(default_factory=dict)  # column title -> what it measures (the table says it)
+    # a swept key whose values ask separate questions (glyph tasks): the grid table tests each value's cells among
+    # themselves, with the baseline and the best of that value
+    panel: str | None = None
+    # > 0: beside each test of a difference, two one-sided tests (TOST) of equivalence within +- this accuracy
+    equivalence_margin: float = 0.0
     # patch_size only: top-1 of one published model PI-resized to other patch sizes, beside the transfer view
     patch_transfer_reference: dict = field(default_factory=dict)  # evaluated patch size -> top-1
     patch_transfer_source: str = ""  # the model's patch size (the row label)
@@ -144,14 +149,22 @@ class Ablation:
                 if len(lrs) < 3 or not all(isinstance(v, (int, float)) and v > 0 for v in lrs):
                     raise ValueError(f"{where}: {self.cols} needs at least 3 positive numbers per grid block, "
                                      f"got {list(lrs)}")
+        if self.panel is not None and (self.layout != "grid" or self.panel not in prof.axes):
+            raise ValueError(f"{where}: panel {self.panel!r} needs the grid layout and a swept key "
+                             f"({', '.join(prof.axes)})")
+        if not 0.0 <= self.equivalence_margin < 1.0:
+            raise ValueError(f"{where}: equivalence_margin is an accuracy in [0, 1), got {self.equivalence_margin}")
         if self.baseline is not None:
             if not set(self.baseline) <= set(prof.axes):
                 raise ValueError(f"{where}: baseline keys {sorted(self.baseline)} are not all swept "
                                  f"({', '.join(prof.axes)})")
             cells = {tuple(sorted((k, repr(v)) for k, v in c.items() if k != self.replicates)): c for c in prof.cells()}
             matches = [c for c in cells.values() if all(c[k] == v for k, v in self.baseline.items())]
-            if len(matches) != 1:
-                raise ValueError(f"{where}: baseline {self.baseline} matches {len(matches)} cells, needs exactly 1")
+            panel = (lambda c: repr(c[self.panel])) if self.panel else (lambda c: None)
+            if len(matches) != len({panel(c) for c in cells.values()}) or len({panel(c) for c in matches}) < len(matches):
+                each = f" in each {self.panel}" if self.panel else ""
+                raise ValueError(f"{where}: baseline {self.baseline} matches {len(matches)} cells, needs exactly "
+                                 f"1{each}")
 
     def table_profile(self, name: str) -> Profile:
         """The named profile as its table reads it: the replicates key left out of the cells."""

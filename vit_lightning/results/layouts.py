@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -16,6 +17,7 @@ from vit_lightning.results.resolution import resolution_tables
 from vit_lightning.results.shapes import (
     BEST_CAVEAT,
     BEST_REF,
+    EQUIVALENCE,
     TESTS,
     Data,
     Family,
@@ -61,16 +63,32 @@ def _baseline(data: Data) -> int | None:
     return hits[0] if hits else None
 
 
-def _family(cells: pd.DataFrame, members: list[int], ref: int, role: str) -> dict:
+def _family(cells: pd.DataFrame, members: list[int], ref: int, role: str, margin: float = 0.0) -> dict:
     """The reference (marked with its role) and each member compared against it, as one Holm family."""
-    comps = compare([cells.at[i, "values"] for i in members], cells.at[ref, "values"])
+    comps = compare([cells.at[i, "values"] for i in members], cells.at[ref, "values"], margin)
     return {ref: role, **dict(zip(members, comps))}
+
+
+def _equivalence(data: Data, ref: str, family: dict) -> str | None:
+    """Which cells are shown equivalent to the reference within the ablation's margin, and which are not (why)."""
+    margin = data.ablation.equivalence_margin
+    tested = [(name, c) for name, c in ((_names(data)[i], c) for i, c in family.items())
+              if isinstance(c, Comparison) and c.equiv is not None]
+    if margin <= 0 or not tested:
+        return None
+    alike = [name for name, c in tested if c.equivalent]
+    text = f"equivalent to {ref} within ±{margin:g} (TOST, Holm): " + (join(alike) if alike else "none")
+    if unshown := [(name, c) for name, c in tested if not c.equivalent]:
+        text += ("; not shown equivalent: " + ", ".join(
+            f"{name} (Δ {c.diff:+.4f}, {'outside the margin' if abs(c.diff) >= margin else 'too much seed noise'}, "
+            f"Holm p={fmt_p(c.equiv)})" for name, c in unshown))
+    return text
 
 
 def _vs_baseline(data: Data, base: int) -> tuple[Family, str]:
     """Every other cell against the baseline, and whether each beats it (the paper's claim for a baseline)."""
     cells, names = data.cells, _names(data)
-    fam = _family(cells, [i for i in cells.index if i != base], base, "baseline")
+    fam = _family(cells, [i for i in cells.index if i != base], base, "baseline", data.ablation.equivalence_margin)
     ref = names[base]
     if cells.at[base, "n"] == 0:
         return (ref, fam), f"every other cell beats {ref} (the paper's claim): cannot tell, {ref} has no finished run"
@@ -89,7 +107,8 @@ def _vs_baseline(data: Data, base: int) -> tuple[Family, str]:
 def _vs_best(data: Data, best: int, skip: set) -> tuple[Family, str]:
     """Every other cell (but those in skip) against the best one: which fall short of it."""
     cells, names = data.cells, _names(data)
-    fam = _family(cells, [i for i in cells.index if i not in skip | {best}], best, "best")
+    fam = _family(cells, [i for i in cells.index if i not in skip | {best}], best, "best",
+                  data.ablation.equivalence_margin)
     groups = outcomes(names, fam)
     tested, lower = sum(map(len, groups.values())), groups.get("lower", [])
     text = (f"cells below the best cell {names[best]} by more than seed noise: "
@@ -204,7 +223,7 @@ def _position_use(data: Data) -> str | None:
 # ---- the layouts --------------------------------------------------------------------------------
 
 def build_grid(data: Data) -> Report:
-    """Rows x cols beside the paper (like Table 8), then every cell against the baseline and the best."""
+    """Rows x cols beside the paper (like Table 8), then every cell against the baseline and the best (per panel)."""
     ab, cells, keys = data.ablation, data.cells, list(data.profile.axes)
     tables: list[Table] = []
     two_d = bool(ab.cols) and set(keys) == {ab.rows, ab.cols}
@@ -212,14 +231,49 @@ def build_grid(data: Data) -> Report:
         own = getattr(ab, "col_label", None) or (lambda cell: None)
         frame = cells.assign(row=cells[ab.rows].map(fmt_value),
                              col=[own({k: c[k] for k in keys}) or fmt_value(c[ab.cols]) for _, c in cells.iterrows()])
-        tables.append(grid_table(frame, label(ab.rows), "Ours beside the paper", _unique(frame["row"]),
-                                 _unique(frame["col"])))
+        if ab.panel:
+            frame["best"] = pd.concat([_panel_best(part) for _, part in frame.groupby(ab.panel, sort=False)])
+        caption = "Ours beside the paper" + (f" (bold: the best of each {label(ab.panel)})" if ab.panel else "")
+        tables.append(grid_table(frame, label(ab.rows), caption, _unique(frame["row"]), _unique(frame["col"])))
+    seen, tests = [], "none: no finished runs to compare"
+    for name, part in _panels(data):
+        part_tables, part_seen, part_tests = _grid_tests(part, two_d)
+        tables += [dataclasses.replace(t, caption=f"{name}: {t.caption}") if name else t for t in part_tables]
+        seen += [f"{name}: {line}" if name else line for line in part_seen]
+        tests = part_tests if part_tests.startswith("Welch") else tests
+    return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs")
+
+
+def _panel_best(cells: pd.DataFrame) -> pd.Series:
+    """Mark the highest-mean finished cell of these (first on ties), keeping their index."""
+    done = cells[cells["n"] > 0]
+    return pd.Series(cells.index == (done["mean"].idxmax() if not done.empty else None), index=cells.index)
+
+
+def _panels(data: Data) -> list[tuple[str, Data]]:
+    """('', data) without a panel key; else one ('task=absolute', its cells and runs) per value, in design order."""
+    key = data.ablation.panel
+    if key is None:
+        return [("", data)]
+    out = []
+    for value in _unique(data.cells[key].map(value_key)):
+        cells = data.cells[data.cells[key].map(value_key) == value].copy()
+        cells["best"] = _panel_best(cells)
+        runs = data.runs[data.runs["cell"].isin(cells.index)]
+        out.append((f"{label(key)}={value}", dataclasses.replace(data, cells=cells, runs=runs, other=None)))
+    return out
+
+
+def _grid_tests(data: Data, two_d: bool) -> tuple[list[Table], list[str], str]:
+    """A grid's (or one panel's) comparison table, resolution view and position use: tables, sentences, tests."""
+    ab, keys = data.ablation, list(data.profile.axes)
     families, seen, tests = _comparisons(data)
     refs = [f"the baseline {n}" if n != "best" else "the best cell" for n, _ in families]
     caption = f"Each cell against {' and against '.join(refs)}" if refs else "Each cell"
     wide, extra = further.columns(data)
-    tables.append(comparison_table(wide, keys, caption, families,
-                                   paper=not two_d and cells["paper"].notna().any(), extra=extra))
+    tables = [comparison_table(wide, keys, caption, families, paper=not two_d and data.cells["paper"].notna().any(),
+                               extra=extra, margin=ab.equivalence_margin)]
+    seen += [text for name, fam in families if (text := _equivalence(data, name, fam))]
     if resized := resolution_tables(data, _names(data)):
         tables += resized
         seen.append("each cell evaluated at other image sizes without fine-tuning: the resolution view below")
@@ -230,7 +284,9 @@ def build_grid(data: Data) -> Report:
         seen.append(artifacts)
     if use := _position_use(data):
         seen.append(use)
-    return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs")
+    if ab.equivalence_margin > 0 and tests.startswith("Welch"):
+        tests += "; " + EQUIVALENCE.format(margin=ab.equivalence_margin)
+    return tables, seen, tests
 
 
 def build_compute(data: Data) -> Report:

@@ -83,6 +83,8 @@ def join(names: list[str]) -> str:
 
 # ---- header, excluded runs, the report ----------------------------------------------------------
 
+EQUIVALENCE = ("equivalence: two one-sided Welch tests (TOST) of |Δ| < {margin:g} against the same references, "
+               f"Holm-corrected as their own family; 'equivalent': Holm p < {ALPHA}")
 TESTS = (f"Welch's t-test (two-sided, scipy ttest_ind with equal_var=False) of each cell against {{refs}}; "
          f"Holm's correction within each family of tests, so a family's chance of any false 'higher' or 'lower' "
          f"stays below {ALPHA}; 'not shown': Holm p ≥ {ALPHA}, which is no proof of equality; no test with n<2")
@@ -190,20 +192,21 @@ Family = tuple[str, dict[int, "Comparison | str"]]  # (reference's name, row -> 
 
 
 def comparison_table(cells: pd.DataFrame, keys: list[str], caption: str, families: list[Family],
-                     paper: bool = False, compute: bool = True, extra: dict[str, str] | None = None) -> Table:
+                     paper: bool = False, compute: bool = True, extra: dict[str, str] | None = None,
+                     margin: float = 0.0) -> Table:
     """One row per cell: its values, further metrics (extra: key -> title), accuracy, then Δ, p and Holm p
-    against each family's reference, compute."""
+    against each family's reference (and, with a margin, the equivalence test's Holm p), compute."""
     extra = extra or {}
     columns = [*map(label, keys), *extra.values(), "accuracy", *(["paper"] if paper else [])]
     for name, _ in families:
-        columns += [f"Δ vs {name}", "p", "Holm p"]
+        columns += [f"Δ vs {name}", "p", "Holm p"] + ([f"≡ ±{margin:g} Holm p"] if margin > 0 else [])
     columns += [title for title, _ in COMPUTE_COLUMNS.values()] if compute else []
     table = Table(caption, columns, [])
     for i, (index, c) in enumerate(cells.iterrows()):
         line = [*(fmt_value(c[k]) for k in keys), *(fmt_acc(*c[m]) for m in extra), fmt_acc(c["mean"], c["std"], c["n"])]
         line += [fmt_paper(c["paper"])] if paper else []
         for _, family in families:
-            line += comparison_text(family.get(index, "-"))
+            line += comparison_text(family.get(index, "-"), margin)
         line += [fmt_num(c[k], spec) for k, (_, spec) in COMPUTE_COLUMNS.items()] if compute else []
         if c["best"]:
             table.bold.add((i, len(keys) + len(extra)))
@@ -211,14 +214,18 @@ def comparison_table(cells: pd.DataFrame, keys: list[str], caption: str, familie
     return table
 
 
-def comparison_text(comp: Comparison | str) -> list[str]:
-    """[Δ, p, Holm p] for one comparison; the reference itself reads its role ('baseline', 'best')."""
+def comparison_text(comp: Comparison | str, margin: float = 0.0) -> list[str]:
+    """[Δ, p, Holm p] for one comparison (and the equivalence test's Holm p with a margin); the reference itself
+    reads its role ('baseline', 'best')."""
+    tail = ["-"] if margin > 0 else []
     if isinstance(comp, str):
-        return [comp, "-", "-"]
+        return [comp, "-", "-"] + tail
     if comp.n == 0:
-        return ["-", "-", "-"]
+        return ["-", "-", "-"] + tail
     holm = fmt_p(comp.holm) + ("" if comp.holm is None or comp.holm >= ALPHA else f" ({comp.outcome})")
-    return [f"{comp.diff:+.4f}", fmt_p(comp.p), holm]
+    if margin > 0:
+        tail = [fmt_p(comp.equiv) + (" (equivalent)" if comp.equivalent else "")]
+    return [f"{comp.diff:+.4f}", fmt_p(comp.p), holm] + tail
 
 
 def outcomes(names: dict[int, str], family: dict[int, Comparison | str]) -> dict[str, list[tuple[str, Comparison]]]:

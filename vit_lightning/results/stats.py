@@ -1,4 +1,5 @@
-"""Seed-noise statistics: per-cell mean and sample std, Welch's t-test, Holm's correction for a family of tests."""
+"""Seed-noise statistics: per-cell mean and sample std, Welch's t-test, Holm's correction for a family of tests, and
+the two one-sided tests (TOST) that can show two cells equivalent within a margin."""
 
 from __future__ import annotations
 
@@ -30,6 +31,19 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
     return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
+def tost_p(a: Sequence[float], b: Sequence[float], margin: float) -> float | None:
+    """Equivalence of a and b within +-margin by two one-sided Welch tests (TOST): the larger of the p-values of
+    'mean(a) - mean(b) > -margin' and '< margin'; small: equivalent. None with fewer than two runs on a side."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if a.std() == 0 and b.std() == 0:  # no spread: equivalent exactly when the difference lies inside the margin
+        return 0.0 if abs(a.mean() - b.mean()) < margin else 1.0
+    above = stats.ttest_ind(a + margin, b, equal_var=False, alternative="greater").pvalue
+    below = stats.ttest_ind(a - margin, b, equal_var=False, alternative="less").pvalue
+    return float(max(above, below))
+
+
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     """Holm-Bonferroni adjusted p-values (step-down, monotone); None entries are not tests and stay None."""
     tested = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
@@ -49,6 +63,12 @@ class Comparison:
     p: float | None  # None: fewer than two runs on a side
     holm: float | None
     n: int  # the smaller number of runs of the two sides
+    equiv: float | None = None  # Holm-adjusted TOST p within the family (None: no margin, or n<2)
+
+    @property
+    def equivalent(self) -> bool:
+        """Shown equivalent to the reference within the family's margin (Holm-adjusted TOST p below ALPHA)."""
+        return self.equiv is not None and self.equiv < ALPHA
 
     @property
     def outcome(self) -> str:
@@ -60,11 +80,14 @@ class Comparison:
         return "higher" if self.diff > 0 else "lower"
 
 
-def compare(cells: Sequence[Sequence[float]], reference: Sequence[float]) -> list[Comparison]:
-    """Each cell's values against the reference's, as one family of tests (Holm over the testable ones)."""
+def compare(cells: Sequence[Sequence[float]], reference: Sequence[float], margin: float = 0.0) -> list[Comparison]:
+    """Each cell's values against the reference's, as one family of tests (Holm over the testable ones); with a
+    margin, the equivalence tests too, Holm-corrected as their own family."""
     ps = [welch_p(values, reference) for values in cells]
     diffs = [float(np.mean(v) - np.mean(reference)) if len(v) and len(reference) else math.nan for v in cells]
-    return [Comparison(d, p, h, min(len(v), len(reference))) for d, p, h, v in zip(diffs, ps, holm(ps), cells)]
+    equiv = holm([tost_p(v, reference, margin) for v in cells]) if margin > 0 else [None] * len(cells)
+    return [Comparison(d, p, h, min(len(v), len(reference)), e)
+            for d, p, h, v, e in zip(diffs, ps, holm(ps), cells, equiv)]
 
 
 def fmt_p(p: float | None) -> str:
