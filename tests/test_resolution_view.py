@@ -16,9 +16,26 @@ def test_an_eval_filed_into_the_record_is_read_at_its_size_and_a_patch_size_eval
         evaluation = {"source": {"patch_resize": patch} if patch else {}, "data": {"name": "mnist5k"},
                       "img_size": size, "metrics": {"val/acc": acc}}
         add_eval(evaluation)(record)  # what `vit-ablate eval RUN --into-record` does to the run record
+    add_eval({"source": {}, "data": {"name": "mnist5k", "resize": "pad"}, "img_size": 42, "view": "canvas",
+              "metrics": {"val/acc": 0.7}})(record)  # the digit at its own scale on a larger canvas
     record["eval"]["cifar10@21px"] = {"val/acc": 0.0}  # another dataset: not this run's resolution view
-    assert set(record["eval"]) == {"mnist5k@21px", "mnist5k@56px", "mnist5k@28px/p4", "cifar10@21px"}
-    assert accuracy_by_size(record) == {28: 0.9, 21: 0.4, 56: 0.3}
+    assert set(record["eval"]) == {"mnist5k@21px", "mnist5k@56px", "mnist5k@28px/p4", "mnist5k@42px/canvas",
+                                   "cifar10@21px"}
+    assert accuracy_by_size(record) == {(28, ""): 0.9, (21, "zoom"): 0.4, (56, "zoom"): 0.3, (42, "canvas"): 0.7}
+
+
+def test_zoomed_and_canvas_evaluations_are_columns_of_their_own(tmp_path):
+    ab = make("resolution", ENC, None, [{ENC: ["none"]}], seeds=(0,), baseline={ENC: "none"})
+    name = write_run(tmp_path / "runs", ab, {ENC: "none"}, 0, 0.85, **{"model.img_size": 28})
+    path = tmp_path / "runs/resolution/demo" / name / "results.json"
+    record = json.loads(path.read_text())
+    record["eval"] = {"mnist5k@56px": {"val/acc": 0.2}, "mnist5k@56px/canvas": {"val/acc": 0.8}}
+    path.write_text(json.dumps(record))
+    _, md = table(ab, tmp_path)
+    view = md.split("evaluated at other image sizes (columns, px) without fine-tuning")[1]
+    assert "on a canvas of that side, the content at its own scale (larger canvas) or resized to that side (content zoom)" in view
+    assert md_cells(view, "cell") == ["cell", "28 px", "56 px (larger canvas)", "56 px (content zoom)"]
+    assert md_cells(view, "none")[2:] == ["0.8000 (n=1)", "0.2000 (n=1)"]
 
 
 def test_the_grid_table_shows_each_cell_at_every_evaluated_size(tmp_path):

@@ -2,9 +2,11 @@
 
 SOURCE is what `fit --model.init_from` takes (a run dir, a .ckpt, timm:NAME, timm:NAME@FILE). The data
 defaults to the run's own; any `--data.*` option changes it (another dataset, another img_size), and the
-position encoding is resampled as fine-tuning would resample it. `--model.patch_size=N` evaluates at another
-patch size, the patch kernel PI-resized (FlexiViT) and the encodings resampled to the new grid. With the source's head,
-val/acc_shuffled and val/shuffle_drop too (the patches of every image permuted, shuffle.py). The numbers go to a JSON
+position encoding is resampled as fine-tuning would resample it. Another img_size zooms stored images (the content
+changes scale) unless `--data.resize=pad` centres them on a larger canvas; glyphs and translated_mnist are drawn at
+the new canvas, the content at its own scale (filed as `<data>@<N>px/canvas`). Several SOURCEs are evaluated in turn.
+`--model.patch_size=N` evaluates at another patch size, the patch kernel PI-resized (FlexiViT) and the encodings
+resampled to the new grid. With the source's head, val/acc_shuffled and val/shuffle_drop too (the patches of every image permuted, shuffle.py). The numbers go to a JSON
 record beside the checkpoint (or --out), or into the run's results.json with --into-record.
 
 A head is only as good as the classes it was trained on: on data with another number of classes (or with
@@ -112,7 +114,7 @@ class StartAccuracy(pl.Callback):
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vit-ablate eval", description=__doc__.split(":", 1)[1].strip().split("\n")[0])
-    p.add_argument("source", help="a run dir, a .ckpt, timm:NAME or timm:NAME@FILE")
+    p.add_argument("source", nargs="+", help="a run dir, a .ckpt, timm:NAME or timm:NAME@FILE (several: each in turn)")
     p.add_argument("--model.patch_size", dest="patch_size", type=int, default=None,
                    help="evaluate at this patch size (the kernel PI-resized; default: the source's)")
     p.add_argument("--pos-resample", choices=RESAMPLE, default="bicubic", help="interpolation of learned tables")
@@ -216,7 +218,8 @@ def run(args, changes: dict) -> tuple[dict, Path]:
     if args.shots:
         metrics.update(fewshot.evaluate(vit, datamodule, tuple(args.shots)))
     record = {"source": {k: v for k, v in about.items() if k != "classes"}, "data": options,
-              "img_size": datamodule.img_size, "patch_size": vit.config.patch_size, "pos_resample": args.pos_resample,
+              "img_size": datamodule.img_size, "view": datamodule.view, "patch_size": vit.config.patch_size,
+              "pos_resample": args.pos_resample,
               "new_head": new_head,
               "metrics": metrics, "finished_at": now()}
     return record, out
@@ -271,9 +274,11 @@ def _as_trained(args, changes: dict):
 
 
 def add_eval(record: dict):
-    """The change that files an evaluation record under the run record's `eval`, as `<data>@<size>px[/p<patch>]`."""
+    """The change that files an evaluation record under the run record's `eval`, as
+    `<data>@<size>px[/canvas][/p<patch>]` (/canvas: the content at its own scale on a larger canvas, not zoomed)."""
     resized = record["source"].get("patch_resize")
-    key = f"{record['data'].get('name')}@{record['img_size']}px" + (f"/p{resized['to']}" if resized else "")
+    key = (f"{record['data'].get('name')}@{record['img_size']}px" + ("/canvas" if record.get("view") == "canvas" else "")
+           + (f"/p{resized['to']}" if resized else ""))
 
     def change(run_record: dict) -> None:
         run_record.setdefault("eval", {})[key] = record["metrics"]
@@ -282,6 +287,14 @@ def add_eval(record: dict):
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
+    if len(args.source) > 1 and args.out is not None:
+        print("vit-ablate eval: error: --out names one file; give one source, or leave --out out", file=sys.stderr)
+        return 2
+    return max(evaluate_one(argparse.Namespace(**{**vars(args), "source": source}), extra) for source in args.source)
+
+
+def evaluate_one(args, extra: list[str]) -> int:
+    """Evaluate args.source (one of them): its record written, exit code 0; or one line and 2."""
     try:
         check_args(args)
         changes = data_changes(extra)
