@@ -21,7 +21,7 @@ FLOORS = (
     ("analysis.shuffle",),  # its accuracy with the patches shuffled
     ("analysis.evaluate",),  # `vit-ablate eval`
     ("train",),  # `vit-ablate fit`
-    ("sweep", "results", "viz", "bench"),  # the commands around fit
+    ("sweep", "results", "viz", "bench", "docs"),  # the commands around fit; the reference pages they document
     ("cli",),  # `vit-ablate`
 )
 # ablations/ are data: they import these (and each other) only
