@@ -10,14 +10,17 @@ module writes, so a page is regenerated, never edited: `vit-ablate docs`.
 from __future__ import annotations
 
 import argparse
+import ast
 import inspect
+import logging
 import re
 import sys
 import types
 import typing
 from pathlib import Path
 
-from vit_lightning import ablation
+from vit_lightning import ablation, floors
+from vit_lightning.compat.lightning import cli_options
 from vit_lightning.data.datamodule import DATASETS, SOURCES
 from vit_lightning.model import ENCODINGS, FAMILIES, HEADS, INJECTIONS, POOLINGS, STEMS
 from vit_lightning.model.config import ViTConfig
@@ -137,10 +140,9 @@ def option_rows() -> list[dict]:
 
     known = registry_choices()
     rows = []
-    for action in fit_parser()._actions:
+    for action, hint in cli_options(fit_parser()):
         if type(action).__name__ in SKIPPED or action.dest in ("help", "print_shtab"):
             continue
-        hint = getattr(action, "_typehint", None)
         literal = [str(v) for v in literal_values(hint)]
         if hint is bool or bool in typing.get_args(hint):
             literal = ["true", "false", *literal]
@@ -247,6 +249,16 @@ def _trials(ab, prof) -> str:
     return str(len(prof.trials()))
 
 
+def _swept(ab, prof) -> str:
+    """Each swept key of a profile with its values (over every grid block), the replicates key left out."""
+    values: dict[str, list] = {}
+    for block in prof.grids:
+        for key, vals in block.items():
+            if key != ab.replicates:
+                values.setdefault(key, []).extend(v for v in vals if v not in values.get(key, []))
+    return "; ".join(f"{key}: {', '.join(map(str, vals))}" for key, vals in values.items())
+
+
 def ablations_page() -> str:
     """docs/reference/ablations.md: every packaged ablation, its profiles, cells, seeds and trials."""
     lines = ["# Ablations", "", GENERATED, "",
@@ -256,14 +268,36 @@ def ablations_page() -> str:
         ab = ablation.load(name)
         lines += [f"## `{name}`: {ab.title}", "", f"{ab.source}. {ab.finding}", "",
                   f"Swept: {_names(ab.profile('demo').axes)}; metric `{ab.metric}`; table layout `{ab.layout}`.", ""]
-        rows = [[f"`{p.name}`", p.description, len(p.cells()), len(p.seeds), _trials(ab, p),
+        rows = [[f"`{p.name}`", p.description, _swept(ab, p), len(p.cells()), len(p.seeds), _trials(ab, p),
                  p.fixed.get("trainer.max_epochs", "")] for p in ab.profiles.values()]
-        lines += _table(["profile", "what it runs", "cells", "seeds", "trials", "epochs"], rows) + [""]
+        lines += _table(["profile", "what it runs", "swept", "cells", "seeds", "trials", "epochs"], rows) + [""]
+    return "\n".join(lines)
+
+
+def _module_doc(name: str) -> str:
+    """The first paragraph of vit_lightning.<name>'s docstring (a module, or a subpackage's __init__), unimported."""
+    package = Path(floors.__file__).parent
+    path = package.joinpath(*name.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return (ast.get_docstring(ast.parse(candidate.read_text())) or "").split("\n\n")[0]
+    return ""
+
+
+def layers_page() -> str:
+    """docs/reference/layers.md: the floors of vit_lightning/floors.py, bottom first, each module's docstring."""
+    lines = ["# Layers", "", GENERATED, "",
+             "Every module of the package sits on a floor and imports only from its own floor or below, with no cycle "
+             "(`vit_lightning/floors.py` holds the table; `tests/test_layers.py` walks every import, function-local "
+             "ones included). A subpackage named whole holds all its modules. Floors from the bottom:", ""]
+    rows = [[level, f"`{name}`", _module_doc(name)] for level, names in enumerate(floors.FLOORS) for name in names]
+    lines += _table(["floor", "module", "what it holds"], rows) + [""]
+    lines += [f"`ablations/` are data: they import {_names(floors.ABLATIONS_IMPORT)} only.", ""]
     return "\n".join(lines)
 
 
 PAGES = {"options.md": options_page, "encodings.md": encodings_page, "families.md": families_page,
-         "ablations.md": ablations_page}
+         "ablations.md": ablations_page, "layers.md": layers_page}
 
 
 def pages() -> dict[str, str]:
@@ -285,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="output directory (default: docs/reference/ of this source checkout, else ./docs/reference)")
     p.add_argument("--check", action="store_true", help="exit 1 if a page is out of date; write nothing")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # fit's parser seeds: not news here
     want = pages()
     changed = stale(args.out, want)
     if args.check:
