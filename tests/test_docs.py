@@ -156,3 +156,24 @@ def test_encoding_table_injections_are_what_the_vit_accepts():
             else:
                 with pytest.raises(ValueError):
                     ViTConfig(**options)
+
+
+def help_choices(help_text: str, option: str) -> set[str]:
+    """The words after "Choices:" in one option's entry of `fit --help`."""
+    block = next(b for b in help_text.split("\n  --") if b.startswith(option + " "))
+    listed = " ".join(block.split()).split("Choices:", 1)[1].split("(type:")[0]
+    return set(re.split(r"[\s,;:.]+", listed.strip(". ")))
+
+
+def test_fit_help_lists_the_choices_the_registries_accept():
+    from vit_lightning.data.datamodule import DATASETS
+    from vit_lightning.model import POOLINGS
+    from vit_lightning.train import fit_parser
+
+    text = fit_parser().format_help()
+    encodings = help_choices(text, "model.pos_encoding")
+    for family in FAMILIES.values():
+        assert family.name in encodings and set(family.encodings) <= encodings
+    assert set(DATASETS) <= help_choices(text, "data.name")
+    assert set(POOLINGS) <= help_choices(text, "model.pooling")
+    assert set(INJECTIONS) <= help_choices(text, "model.pos_injection")
