@@ -3,6 +3,7 @@ reference pages that match the registries they are generated from (and say what 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -23,6 +24,8 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess:
     """`mkdocs build --strict` of the site whose mkdocs.yml is in `root`."""
+    assert importlib.util.find_spec("mkdocs") and importlib.util.find_spec("material"), \
+        "MkDocs and its Material theme are not installed: pip install -e '.[dev]'"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # the theme's banner about a future MkDocs, not a problem
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
                           cwd=root, env=env, capture_output=True, text=True, timeout=120)
