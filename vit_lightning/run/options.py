@@ -29,7 +29,7 @@ def option_choices() -> dict[str, tuple | dict[str, tuple]]:
 
 
 def choices_text(choices: tuple | dict[str, tuple], quote: str = "") -> str:
-    """`a, b, c`, or `vit: a, b; swin: a, c` for choices per family; each value between `quote`s."""
+    """`a, b, c`, or `<family>: a, b; <family>: a, c` for choices per family; each value between `quote`s."""
     def names(values) -> str:
         return ", ".join(f"{quote}{v}{quote}" for v in values)
 
