@@ -12,7 +12,7 @@ FLOORS = (
     ("model", "data", "ablation", "__init__", "run.slurm_tasks"),  # the parts a run is built from
     ("run.rundir",),  # a run dir's lock, record and checkpoints
     ("run.transfer",),  # resolve an init_from source, adopt its architecture, reshape its weights
-    ("run.module",),  # the LightningModule
+    ("run.module", "run.options"),  # the LightningModule; the values each fit option accepts
     ("run.callbacks",),  # what fit attaches: stops, reseeding, progress lines
     ("run.record",),  # the run record fit keeps
     ("run.hyperband", "run.loggers"),  # early termination from the records; the CSV and W&B loggers
@@ -21,7 +21,7 @@ FLOORS = (
     ("analysis.shuffle",),  # its accuracy with the patches shuffled
     ("analysis.evaluate",),  # `vit-ablate eval`
     ("train",),  # `vit-ablate fit`
-    ("sweep", "results", "viz", "bench"),  # the commands around fit
+    ("sweep", "results", "viz", "bench", "docs"),  # the commands around fit; the reference pages they document
     ("cli",),  # `vit-ablate`
 )
 # ablations/ are data: they import these (and each other) only

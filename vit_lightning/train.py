@@ -29,7 +29,7 @@ from vit_lightning.analysis import fewshot
 from vit_lightning.analysis.evaluate import StartAccuracy
 from vit_lightning.analysis.shuffle import PERMUTATIONS, ShuffledAccuracy
 from vit_lightning.bookkeeping import GRACE_ENV, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, SWEEP_PID_ENV, describe
-from vit_lightning.compat.lightning import set_collective_timeout
+from vit_lightning.compat.lightning import cli_options, set_collective_timeout
 from vit_lightning.data.datamodule import ViTDataModule
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
@@ -45,6 +45,7 @@ from vit_lightning.run.callbacks import (
 )
 from vit_lightning.run.hyperband import HyperbandStop
 from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.options import help_suffix
 from vit_lightning.run.record import RunRecord, model_facts
 from vit_lightning.run.rundir import RunDir, resume_point, use_atomic_checkpoints
 from vit_lightning.run.slurm_tasks import task_error
@@ -100,6 +101,8 @@ class FitCLI(LightningCLI):
         parser.set_defaults({key: demo[key] for key in DEMO})
         for key in LINKED:
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
+        for action, _ in cli_options(parser):  # --help names the values each option accepts
+            action.help = f"{action.help or ''}{help_suffix(action.dest)}".strip() or action.help
 
     @override
     def parse_arguments(self, parser, args) -> None:

@@ -41,3 +41,13 @@ def loop_classes() -> tuple[type, type]:
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
     return _TrainingEpochLoop, _EvaluationLoop
+
+
+def cli_options(parser) -> list[tuple[object, object]]:
+    """(argparse action, its type hint or None) of every argument of a LightningCLI parser, in the parser's order.
+
+    Private: argparse keeps its actions in `_actions` (there is no public list), and jsonargparse, which LightningCLI
+    builds the parser with, keeps an option's type hint in `_typehint`; `vit-ablate docs` reads both to document
+    every option of fit.
+    """
+    return [(action, getattr(action, "_typehint", None)) for action in parser._actions]

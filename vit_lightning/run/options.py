@@ -1,0 +1,44 @@
+"""The values each `vit-ablate fit` option accepts, read from the registries that check them.
+
+`fit --help` ends each such option's help with them, and `vit-ablate docs` puts them in the options reference;
+the check itself stays where each registry is read (the config, the module, the data).
+"""
+
+from __future__ import annotations
+
+from vit_lightning.data.datamodule import DATASETS
+from vit_lightning.model import FAMILIES, HEADS, INJECTIONS, POOLINGS, STEMS
+from vit_lightning.model.layers import INITS
+from vit_lightning.model.position import RELATIVE_SCALES
+from vit_lightning.model.rope import COORDS
+from vit_lightning.run.module import OPTIMIZERS, SCHEDULES
+from vit_lightning.run.transfer import RESAMPLE
+
+
+def option_choices() -> dict[str, tuple | dict[str, tuple]]:
+    """Option -> the values it accepts, or family -> values where the family decides."""
+    return {
+        "model.arch": tuple(FAMILIES),
+        "model.variant": {f.name: tuple(f.variants) for f in FAMILIES.values()},
+        "model.pos_encoding": {f.name: tuple(f.encodings) for f in FAMILIES.values()},
+        "model.pos_injection": INJECTIONS, "model.pooling": tuple(POOLINGS), "model.head": tuple(HEADS),
+        "model.stem": tuple(STEMS), "model.init": INITS, "model.relative_scale": RELATIVE_SCALES,
+        "model.rope_coords": COORDS, "model.optimizer": OPTIMIZERS, "model.schedule": SCHEDULES,
+        "model.pos_resample": RESAMPLE, "data.name": DATASETS,
+    }
+
+
+def choices_text(choices: tuple | dict[str, tuple], quote: str = "") -> str:
+    """`a, b, c`, or `<family>: a, b; <family>: a, c` for choices per family; each value between `quote`s."""
+    def names(values) -> str:
+        return ", ".join(f"{quote}{v}{quote}" for v in values)
+
+    if isinstance(choices, dict):
+        return "; ".join(f"{family}: {names(values)}" for family, values in choices.items())
+    return names(choices)
+
+
+def help_suffix(option: str) -> str:
+    """What `fit --help` adds to an option's help: its choices, or nothing."""
+    choices = option_choices().get(option)
+    return f" Choices: {choices_text(choices)}." if choices else ""
