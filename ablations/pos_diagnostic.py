@@ -48,6 +48,10 @@ ABLATION = Ablation(
     panel=TASK,  # each task is its own question: its cells are tested among themselves
     baseline={ENC: "none"},
     equivalence_margin=0.02,
+    expected={"absolute": "none at chance (0.25), every encoding far above it",
+              "relative": "the relative and rotary encodings at least as good as the learned tables, and keeping "
+                          "their accuracy on the larger canvases",
+              "position_free": "every encoding equivalent to none"},
     columns=SHUFFLE_COLUMN,
     reference={},
     reference_note="no published numbers: the tasks are ours; chance is 0.25 on every task",

@@ -111,6 +111,7 @@ class Ablation:
     panel: str | None = None
     # > 0: beside each test of a difference, two one-sided tests (TOST) of equivalence within +- this accuracy
     equivalence_margin: float = 0.0
+    expected: dict[str, str] = field(default_factory=dict)  # panel value -> the pattern expected, beside the measured
     # patch_size only: top-1 of one published model PI-resized to other patch sizes, beside the transfer view
     patch_transfer_reference: dict = field(default_factory=dict)  # evaluated patch size -> top-1
     patch_transfer_source: str = ""  # the model's patch size (the row label)

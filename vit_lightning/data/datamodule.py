@@ -241,8 +241,8 @@ class ViTDataModule(pl.LightningDataModule):
     def view(self) -> str:
         """How the images meet img_size: 'native', 'canvas' (drawn or padded there, content at its own scale) or
         'zoom' (resized)."""
-        if self.source.renders:
-            return "native" if self._img_size == self.source.native_size else "canvas"
+        if self.source.renders:  # drawn at any side, the content at its own scale
+            return "canvas"
         if self._img_size == self.source.native_size or not self.source.in_memory:
             return "native"
         return "canvas" if self.hparams.resize == "pad" else "zoom"

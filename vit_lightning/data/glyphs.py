@@ -1,6 +1,6 @@
 """Position benchmarks whose answers are known: procedural glyphs, and MNIST digits translated on a larger canvas.
 
-`glyphs` draws small squares of four textures (solid, checker, horizontal and vertical stripes; 5-7 px whatever the
+`glyphs` draws small squares of four textures (solid, checker, horizontal and vertical stripes; 6-8 px whatever the
 canvas, so that a piece of a glyph cut by a patch border still shows its kind) on a noisy canvas of any size, at pixel
 offsets that ignore the patch grid: a larger canvas means more tokens with the same patch content. Each image is
 rendered from (seed, index) alone. `data.task` picks the question, four balanced classes each (class = index mod 4):
@@ -120,7 +120,7 @@ class Glyphs(Source):
 
     num_classes, in_chans, native_size = 4, 1, GLYPHS_SIZE
     stats, default_flip, default_crop, in_memory = ((0.19,), (0.18,)), False, False, True  # measured on 6,000
-    tasks, renders, smallest = TASKS, True, 16  # 16 px: the relative task's two glyphs fit at 8 px apart
+    tasks, renders, smallest = TASKS, True, 22  # 22 px: the relative task's glyphs fit at their farthest (8 + 13)
     size = 4000  # images per (seed, task): 3,200 train and 800 val at the default val_split
 
     def load(self, train_tf=None, val_tf=None):

@@ -238,6 +238,8 @@ def build_grid(data: Data) -> Report:
     seen, tests = [], "none: no finished runs to compare"
     for name, part in _panels(data):
         part_tables, part_seen, part_tests = _grid_tests(part, two_d)
+        if expected := ab.expected.get(name.partition("=")[2]):
+            part_seen.insert(0, f"expected: {expected}")
         tables += [dataclasses.replace(t, caption=f"{name}: {t.caption}") if name else t for t in part_tables]
         seen += [f"{name}: {line}" if name else line for line in part_seen]
         tests = part_tests if part_tests.startswith("Welch") else tests
@@ -255,12 +257,16 @@ def _panels(data: Data) -> list[tuple[str, Data]]:
     key = data.ablation.panel
     if key is None:
         return [("", data)]
+    # within a panel its key is one value: the cells are named and listed by the other keys
+    grids = tuple({k: v for k, v in block.items() if k != key} for block in data.profile.grids)
+    profile = dataclasses.replace(data.profile, grids=grids)
     out = []
     for value in _unique(data.cells[key].map(value_key)):
         cells = data.cells[data.cells[key].map(value_key) == value].copy()
         cells["best"] = _panel_best(cells)
         runs = data.runs[data.runs["cell"].isin(cells.index)]
-        out.append((f"{label(key)}={value}", dataclasses.replace(data, cells=cells, runs=runs, other=None)))
+        name = f"{label(key)}={fmt_value(cells[key].iloc[0])}"
+        out.append((name, dataclasses.replace(data, profile=profile, cells=cells, runs=runs, other=None)))
     return out
 
 
