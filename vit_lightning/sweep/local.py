@@ -33,7 +33,7 @@ from pathlib import Path
 from vit_lightning.bookkeeping import FINAL, describe, now, one_line, write_atomic
 from vit_lightning.run import rundir
 from vit_lightning.sweep import forkserver
-from vit_lightning.sweep.supervise import Supervisor
+from vit_lightning.sweep.supervise import Supervisor, stop_name
 from vit_lightning.sweep.trials import Trial, executable, find_record, swept_keys
 from vit_lightning.sweep.wandb_backend import SLURM_TASK_VARS
 
@@ -270,7 +270,7 @@ class Runner:
             status, error = ("interrupted" if stop is not None else "failed"), died
         elif stop is not None or rc in STOPPED or rstatus == "interrupted":
             signum = stop or (abs(rc) % 128 if rc in STOPPED else signal.SIGTERM)
-            status, error = "interrupted", f"stopped by {signal.Signals(signum).name}"
+            status, error = "interrupted", f"stopped by {stop_name(signum)}"
         else:
             status = "failed"
             error = (record or {}).get("error") or (
