@@ -107,3 +107,24 @@ def test_a_running_entry_of_a_dead_process_is_reported_interrupted(tmp_path):
     assert not any("trial 2/2" in line for line in said)
     assert state.get(dead)["status"] == "interrupted" and state.get(dead)["pid"] is None
     assert state.get(alive)["status"] == "running"
+
+
+@pytest.mark.parametrize("name, shots, ok", [("val/accuracy", None, False), ("val/acc_best", None, True),
+                                             ("val/fewshot5", None, True), ("val/fewshot5", [], False),
+                                             ("val/fewshot10", [10], True)])
+def test_a_bayes_metric_no_trial_logs_is_refused_before_training(tmp_path, capsys, name, shots, ok):
+    """A typo in metric.name would leave the sampler told that every point failed: refused as hyperband does."""
+    spec = config(tmp_path / "runs", 2)
+    spec["metric"]["name"] = name
+    if shots is not None:
+        spec["parameters"]["run.fewshot_shots"] = {"value": shots}
+    path = tmp_path / "bayes.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    code = cli.main([str(path), "--backend", "local", "--dry-run"])
+    out, err = capsys.readouterr()
+    if ok:
+        assert code == 0, err
+        return
+    [line] = err.strip().splitlines()
+    assert code == 2 and f"method bayes needs a metric a trial records; metric.name {name!r} is not one" in line
+    assert "val/acc_best" in line and "val/acc_shuffled" in line and ("val/fewshot1_std" in line) == (shots is None)

@@ -80,11 +80,17 @@ def parse(early: object, metric: dict) -> Rule:
                              "raise max_iter or lower eta")
     else:
         raise ValueError("early_terminate needs min_iter, or max_iter and s")
-    name = metric.get("name")
-    if name not in METRICS:
-        raise ValueError(f"early_terminate needs a metric a trial records each epoch; metric.name {name!r} is not "
-                         f"one: choose from {', '.join(METRICS)}")
+    name = check_metric(metric, METRICS, "early_terminate", " each epoch")
     return Rule(tuple(sorted(set(bands))), float(eta), strict, name, metric.get("goal", "minimize") == "maximize")
+
+
+def check_metric(metric: dict, logged, who: str, when: str = "") -> str:
+    """The metric's name when a trial logs it (`logged`), else ValueError naming it and the metrics logged."""
+    name = metric.get("name")
+    if name not in logged:
+        raise ValueError(f"{who} needs a metric a trial records{when}; metric.name {name!r} is not one: choose from "
+                         f"{', '.join(logged)}")
+    return name
 
 
 def series(history: list[dict], metric: str) -> list[float]:
