@@ -177,7 +177,7 @@ def test_args_render_like_the_wandb_agent():
     ({"model.lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-2},
       "model.pooling": {"values": ["cls", "gap"]}, "data.batch_size": {"values": [32, 0]}},
      "data.batch_size=0: data.batch_size must be >= 1"),
-    ({"model.lr": {"distribution": "uniform", "min": -1.0, "max": 1.0}}, "need model.lr > 0"),
+    ({"model.lr": {"distribution": "uniform", "min": -1.0, "max": 1.0}}, "need finite model.lr in (0, 10]"),
     ({"model.lr": {"distribution": "log_uniform_values", "min": 0.0, "max": 1.0}}, "needs min > 0"),
     ({"model.lr": {"values": []}}, "non-empty"),
     ({"trainer.max_epochs": {"value": "abc"}}, "trainer.max_epochs=abc is not valid"),

@@ -16,6 +16,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 from typing_extensions import override
 
+from vit_lightning.bookkeeping import number_in
 from vit_lightning.data.augment import BatchRandAugment
 
 __all__ = ["ViTDataModule", "DATASETS"]
@@ -469,14 +470,16 @@ def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alph
     """Reject bad options with one line, before anything is loaded (the sweep checks its trials with it)."""
     if name not in SOURCES:
         raise ValueError(f"unknown data.name {name!r}; valid: {', '.join(SOURCES)}")
-    if batch_size < 1 or num_workers < 0:
-        raise ValueError(f"data.batch_size must be >= 1 and data.num_workers >= 0, got {batch_size}, {num_workers}")
-    if img_size is not None and img_size < 1:
-        raise ValueError(f"data.img_size must be a positive int or None, got {img_size}")
+    if not number_in(batch_size, 1, 2**24, integer=True) or not number_in(num_workers, 0, 1024, integer=True):
+        raise ValueError(f"data.batch_size must be >= 1 (at most 2^24) and data.num_workers >= 0 (at most 1024), "
+                         f"got {batch_size}, {num_workers}")
+    if img_size is not None and not number_in(img_size, 1, 2**16, integer=True):
+        raise ValueError(f"data.img_size must be a positive int (at most 65536) or None, got {img_size}")
     if not 0.0 < val_split < 1.0:
         raise ValueError(f"data.val_split must be in (0, 1), got {val_split}")
     if not 0.0 <= holdout < 1.0:
         raise ValueError(f"data.holdout must be in [0, 1) (0: validate on the validation split), got {holdout}")
-    if mixup_alpha < 0 or cutmix_alpha < 0:
-        raise ValueError(f"data.mixup_alpha and data.cutmix_alpha must be >= 0, got {mixup_alpha}, {cutmix_alpha}")
+    if not number_in(mixup_alpha, 0, 1e3) or not number_in(cutmix_alpha, 0, 1e3):
+        raise ValueError(f"data.mixup_alpha and data.cutmix_alpha must be >= 0, finite numbers in [0, 1000], "
+                         f"got {mixup_alpha}, {cutmix_alpha}")
 
