@@ -21,11 +21,12 @@ EVAL_KEY = re.compile(r"(?P<data>[^@]+)@(?P<px>\d+)px")  # a patch-size evaluati
 def accuracy_by_size(record: dict) -> dict[int, float]:
     """A record's top-1 per image size: its own val/acc at its own size, each evaluation at another size."""
     config, found = record.get("config") or {}, {}
-    if (own := (record.get("metrics") or {}).get("val/acc")) is not None and config.get(SIZE) is not None:
-        found[int(config[SIZE])] = own
+    size = config.get(SIZE)  # a whole number or a (height, width) pair (the loader's checks): a square's side here
+    if (own := (record.get("metrics") or {}).get("val/acc")) is not None and isinstance(size, int):
+        found[size] = own
     for key, metrics in (record.get("eval") or {}).items():
         match = EVAL_KEY.fullmatch(key)
-        if match and match["data"] == config.get("data.name") and "val/acc" in (metrics or {}):
+        if match and match["data"] == config.get("data.name") and (metrics or {}).get("val/acc") is not None:
             found.setdefault(int(match["px"]), metrics["val/acc"])
     return found
 
