@@ -40,6 +40,7 @@ from vit_lightning.bookkeeping import (
 )
 from vit_lightning.compat.lightning import set_collective_timeout
 from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.resumable import ResumeLoader
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, trial_name
@@ -180,6 +181,7 @@ class FitCLI(LightningCLI):
             loggers.WandbSummary(self.run_record),  # after the record: mirrors what it has just written
             ConfigToLoggers(config),
             EpochSeed(config.get(SEED_KEY)),
+            ResumeLoader(),  # a mid-epoch resume goes on where its epoch stopped (data/resumable.py)
             RichProgressBar() if tty else EpochPrinter(),
         ]
         trainer = super().instantiate_trainer(

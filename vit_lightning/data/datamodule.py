@@ -17,7 +17,9 @@ from torchvision.transforms import v2
 from typing_extensions import override
 
 from vit_lightning.bookkeeping import number_in
+from vit_lightning.compat.lightning import epoch_batches_done
 from vit_lightning.data.augment import BatchRandAugment
+from vit_lightning.data.resumable import ResumableLoader, ResumableSampler, run_seed
 
 __all__ = ["ViTDataModule", "DATASETS"]
 
@@ -408,8 +410,14 @@ class ViTDataModule(pl.LightningDataModule):
 
     @override
     def train_dataloader(self) -> DataLoader:
-        # A plain shuffled loader: Lightning swaps in a DistributedSampler under DDP.
-        return self._loader(self.train_set, self.train_collate, shuffle=True)
+        # Resumable mid-epoch (resumable.py); its own DistributedSampler under DDP, which Lightning keeps.
+        if self.train_set is None:
+            raise RuntimeError("call setup() before asking for a dataloader")
+        trainer = self.trainer
+        ranks, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        sampler = ResumableSampler(self.train_set, num_replicas=ranks, rank=rank, seed=run_seed())
+        progress = (lambda: epoch_batches_done(trainer)) if trainer is not None else None
+        return self._loader(self.train_set, self.train_collate, shuffle=False, sampler=sampler, progress=progress)
 
     @override
     def val_dataloader(self) -> DataLoader:
@@ -424,11 +432,11 @@ class ViTDataModule(pl.LightningDataModule):
         labels = getattr(view, "labels", None)
         return view, torch.as_tensor(view.targets if labels is None else labels, dtype=torch.int64)
 
-    def _loader(self, dataset, collate, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset, collate, shuffle: bool, **resumable) -> DataLoader:
         if dataset is None:
             raise RuntimeError("call setup() before asking for a dataloader")
         workers = self.hparams.num_workers
-        return DataLoader(
+        return (ResumableLoader if resumable else DataLoader)(
             dataset,
             batch_size=self.hparams.batch_size,
             shuffle=shuffle,
@@ -436,6 +444,7 @@ class ViTDataModule(pl.LightningDataModule):
             collate_fn=collate,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=workers > 0,
+            **resumable,
         )
 
     @override
