@@ -74,3 +74,50 @@ def test_a_table_made_before_an_eval_into_the_record_takes_it_up_when_made_again
     out, md = table(ab, tmp_path)  # the record's copy is replaced: the evaluation is in it, and in the view
     assert json.loads((out / "records" / f"{name}.json").read_text())["eval"] == {"mnist5k@21px": {"val/acc": 0.5}}
     assert md_cells(md.split("evaluated at other image sizes (columns, px)")[1], "none")[1] == "0.5000 (n=1)"
+
+
+DAMAGE = {  # (encoding, seed) -> what is wrong in that run's record, and the key the warning names
+    ("none", 0): (lambda r: r["eval"].update({"mnist5k@56px": [0.3]}), "eval['mnist5k@56px']: a list"),
+    ("none", 1): (lambda r: r["eval"].update({"mnist5k@21px": "0.6"}), "eval['mnist5k@21px']: '0.6' is not a number"),
+    ("learned_1d", 0): (lambda r: r["eval"]["mnist5k@21px"].update({"val/acc": "high"}),
+                        "eval['mnist5k@21px']['val/acc']: 'high' is not a number"),
+    ("learned_1d", 1): (lambda r: r["config"].update({"model.img_size": "28px"}),
+                        "config['model.img_size']: '28px' is not an image size"),
+    ("learned_1d", 2): (lambda r: r["eval"]["mnist5k@56px"].update({"val/acc": float("nan")}),
+                        "eval['mnist5k@56px']['val/acc']: nan is not a finite number"),
+    ("none", 2): (lambda r: r["metrics"].update({"val/acc_best": "0.85"}),
+                  "metrics['val/acc_best']: '0.85' is not a number"),
+}
+
+
+def test_malformed_and_non_finite_entries_are_skipped_one_line_each_and_listed(tmp_path, capsys):
+    """One validating loader for every record: never a traceback, never nan ± nan; each bad entry named by file
+    and key, left out, and listed under "Runs not averaged"."""
+    ab = make("resolution", ENC, None, [{ENC: ["none", "learned_1d"]}], seeds=(0, 1, 2), baseline={ENC: "none"})
+    paths = {}
+    for (encoding, seed), (damage, _) in DAMAGE.items():
+        name = write_run(tmp_path / "runs", ab, {ENC: encoding}, seed, 0.9, **{"model.img_size": 28})
+        paths[encoding, seed] = path = tmp_path / "runs/resolution/demo" / name / "results.json"
+        record = json.loads(path.read_text())
+        record["metrics"]["val/acc"] = 0.8
+        record["eval"] = {"mnist5k@21px": {"val/acc": 0.5}, "mnist5k@56px": {"val/acc": 0.25}}
+        damage(record)
+        path.write_text(json.dumps(record))
+    capsys.readouterr()
+    _, md = table(ab, tmp_path)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "nan ±" not in md and "± nan" not in md
+    for (encoding, seed), (_, key) in DAMAGE.items():
+        [line] = [line for line in err.splitlines() if key in line]
+        assert f"{paths[encoding, seed].parent.name}.json: {key}" in line and "skipped" in line
+    view = md.split("evaluated at other image sizes (columns, px) without fine-tuning")[1]
+    # none: 21 px from s0 only (s1's entry a string; s2 not averaged, its metric a string), 56 px from s1 only
+    assert md_cells(view, "none") == ["none", "0.5000 (n=1)", "**0.8000 ± 0.0000 (n=2)**", "0.2500 (n=1)"]
+    # learned_1d: 21 px from s1, s2 (s0's a string); 28 px: s1's size unreadable; 56 px: s2's NaN left out
+    assert md_cells(view, "learned_1d") == ["learned_1d", "0.5000 ± 0.0000 (n=2)", "**0.8000 ± 0.0000 (n=2)**",
+                                            "0.2500 ± 0.0000 (n=2)"]
+    excluded = md.split("Runs not averaged")[1]
+    none2 = md_cells(excluded, DAMAGE and paths["none", 2].parent.name)
+    assert "no metric (metrics['val/acc_best']: '0.85' is not a number)" in none2
+    row = md_cells(excluded, paths["none", 0].parent.name)
+    assert any("skipped: eval['mnist5k@56px']: a list" in cell for cell in row)

@@ -261,5 +261,5 @@ def test_a_printed_script_at_its_time_limit_requeues_itself_and_completes(cluste
     final = cluster.wait(job, 600, until=lambda j: j.get("JobState") in {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"})
     log = (tmp_path / "limit.log").read_text()
     assert final["JobState"] == "COMPLETED" and int(final["Restarts"]) == 1, (final, log[-3000:])
-    assert "SIGTERM: stopping 1 process(es)" in log and "Traceback" not in log, log[-3000:]
+    assert "the job's time limit (SIGUSR1): stopping 1 process(es)" in log and "Traceback" not in log, log[-3000:]
     every_step_once(root, 1, epochs, batches)

@@ -177,7 +177,7 @@ def test_args_render_like_the_wandb_agent():
     ({"model.lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-2},
       "model.pooling": {"values": ["cls", "gap"]}, "data.batch_size": {"values": [32, 0]}},
      "data.batch_size=0: data.batch_size must be >= 1"),
-    ({"model.lr": {"distribution": "uniform", "min": -1.0, "max": 1.0}}, "need model.lr > 0"),
+    ({"model.lr": {"distribution": "uniform", "min": -1.0, "max": 1.0}}, "need finite model.lr in (0, 10]"),
     ({"model.lr": {"distribution": "log_uniform_values", "min": 0.0, "max": 1.0}}, "needs min > 0"),
     ({"model.lr": {"values": []}}, "non-empty"),
     ({"trainer.max_epochs": {"value": "abc"}}, "trainer.max_epochs=abc is not valid"),
@@ -260,6 +260,9 @@ def test_the_local_job_script_gives_each_slot_a_gpu_and_its_loaders_cpus_and_run
     [run] = [line for line in lines if " sweep hybrid " in line]
     assert run.endswith("--backend local --profile cifar10 --parallel 2 --set trainer.max_epochs=3 &"), run
     assert "scontrol requeue" in out and "--signal=B:USR1@120" in out
+    # one log per array task (task 10_3 writes name-10_3.out, not name-10.out); the time limit reaches the sweep
+    # as itself (SIGUSR1), so it is logged as the time limit
+    assert "#SBATCH --output=%x-%A_%a.out" in lines and """trap 'kill -USR1 "$pid"; requeue=1' USR1""" in lines
 
 
 # --- W&B backend -------------------------------------------------------------------------------------

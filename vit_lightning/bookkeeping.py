@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from datetime import datetime, timezone
@@ -48,6 +49,19 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:  # disk full, quota, interrupted: leave no temp file behind
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def number_in(value, low: float, high: float, low_open: bool = False, high_open: bool = False,
+               integer: bool = False) -> bool:
+    """value is a finite number (an integer where `integer`; never a bool) within [low, high], ends open as asked."""
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) or not math.isfinite(value):
+        return False
+    return (low < value if low_open else low <= value) and (value < high if high_open else value <= high)
+
+
+def span(low: float, high: float, low_open: bool = False, high_open: bool = False) -> str:
+    """The range number_in checks, as it is written: (0, 10]."""
+    return f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
 
 
 def one_line(error: BaseException) -> str:

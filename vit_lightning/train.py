@@ -28,9 +28,19 @@ from typing_extensions import override
 from vit_lightning.analysis import fewshot
 from vit_lightning.analysis.evaluate import StartAccuracy
 from vit_lightning.analysis.shuffle import PERMUTATIONS, ShuffledAccuracy
-from vit_lightning.bookkeeping import GRACE_ENV, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, SWEEP_PID_ENV, describe
+from vit_lightning.bookkeeping import (
+    GRACE_ENV,
+    LAST_CKPT,
+    RECORD,
+    RUN_DEFAULTS,
+    SEED_KEY,
+    SWEEP_PID_ENV,
+    describe,
+    number_in,
+)
 from vit_lightning.compat.lightning import cli_options, set_collective_timeout
 from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.resumable import ResumeLoader
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, trial_name
@@ -174,6 +184,7 @@ class FitCLI(LightningCLI):
             loggers.WandbSummary(self.run_record),  # after the record: mirrors what it has just written
             ConfigToLoggers(config),
             EpochSeed(config.get(SEED_KEY)),
+            ResumeLoader(),  # a mid-epoch resume goes on where its epoch stopped (data/resumable.py)
             RichProgressBar() if tty else EpochPrinter(),
         ]
         trainer = super().instantiate_trainer(
@@ -262,8 +273,11 @@ def settings_error(config: dict) -> str | None:
         if config.get(key) == 0 and not isinstance(config.get(key), bool):
             return f"{key}=0 trains nothing; give a positive number"
     timeout = config.get("run.ddp_timeout_s")
-    if timeout is not None and not timeout > 0:
-        return f"run.ddp_timeout_s={timeout} must be a positive number of seconds"
+    if timeout is not None and not number_in(timeout, 0, 1e7, low_open=True):
+        return f"run.ddp_timeout_s={timeout} must be a positive number of seconds, finite, at most 1e7"
+    perms = config.get("run.shuffle_perms")
+    if perms is not None and not number_in(perms, 0, 1000, integer=True):
+        return f"run.shuffle_perms={perms} must be a count of permutations in [0, 1000] (0: none)"
     return None
 
 

@@ -22,6 +22,7 @@ StartAccuracy is fit's callback for a run started from a trained model: the same
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -36,7 +37,7 @@ from typing_extensions import override
 from vit_lightning.analysis import fewshot
 from vit_lightning.analysis.shuffle import PERMUTATIONS, block_error, shuffled_accuracy, validation_batches
 from vit_lightning.analysis.trained import TrainedError, build_data, load_trained
-from vit_lightning.bookkeeping import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC, now, write_atomic
+from vit_lightning.bookkeeping import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC, now, number_in, write_atomic
 from vit_lightning.identity import plain
 from vit_lightning.model.build import build_backbone
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
@@ -44,8 +45,8 @@ from vit_lightning.run.record import RunRecord
 from vit_lightning.run.rundir import (
     Busy,
     RunDirError,
-    check_free,
     checkpoint_path,
+    held,
     read_checkpoint,
     read_record,
     update_record,
@@ -130,12 +131,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+MAX_PATCH, MAX_SHOTS, MAX_PERMS = 4096, 10**5, 1000  # bounds on eval's numbers, far above any real setting
+
+
 def check_args(args) -> None:
     """--shots, --device, --out and --into-record problems as one-line ValueErrors, before anything runs."""
     if bad := [k for k in args.shots if k < 1]:
         raise ValueError(f"--shots {bad[0]}: a few-shot k is a number of images per class, 1 or more")
-    if args.shuffle_perms < 0:
-        raise ValueError(f"--shuffle-perms {args.shuffle_perms}: a count of permutations, 0 (none) or more")
+    if args.patch_size is not None and not number_in(args.patch_size, 1, MAX_PATCH, integer=True):
+        raise ValueError(f"--model.patch_size={args.patch_size}: a patch side in pixels, 1 to {MAX_PATCH} "
+                         "(the image's side at most)")
+    if bad := [k for k in args.shots if k > MAX_SHOTS]:
+        raise ValueError(f"--shots {bad[0]}: a few-shot k is at most {MAX_SHOTS} images per class")
+    if not 0 <= args.shuffle_perms <= MAX_PERMS:
+        raise ValueError(f"--shuffle-perms {args.shuffle_perms}: a count of permutations, 0 (none) to {MAX_PERMS}")
     check_device(args.device)
     if args.out is not None:
         check_writable(args.out, "--out")
@@ -299,12 +308,14 @@ def evaluate_one(args, extra: list[str]) -> int:
     try:
         check_args(args)
         changes = data_changes(extra)
-        if args.into_record:  # a fit training the run would overwrite the numbers: say so before the work
-            check_free(checkpoint_path(Path(args.source)).parent)
-        record, out = run(args, changes)
-        if args.into_record:  # first, so a refusal writes nothing
-            update_record(Path(record["source"]["file"]).parent, add_eval(record))
-        write_atomic(out, (json.dumps(plain(record), indent=2) + "\n").encode())
+        # with --into-record the run's lock is held from before the work to the write: a fit training the run would
+        # overwrite the numbers, so one running now refuses this, and one started meanwhile is refused
+        directory = checkpoint_path(Path(args.source)).parent
+        with held(directory) if args.into_record else contextlib.nullcontext() as lock:
+            record, out = run(args, changes)
+            if args.into_record:  # first, so a refusal writes nothing
+                update_record(directory, add_eval(record), lock=lock)
+            write_atomic(out, (json.dumps(plain(record), indent=2) + "\n").encode())
     except (ValueError, TrainedError, OSError, Busy) as error:
         print(f"vit-ablate eval: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2

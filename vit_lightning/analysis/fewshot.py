@@ -28,8 +28,9 @@ from typing_extensions import override
 
 from vit_lightning.analysis.trained import load_trained
 from vit_lightning.bookkeeping import RECORD
+from vit_lightning.run import rundir
 from vit_lightning.run.record import RunRecord
-from vit_lightning.run.rundir import Busy, check_free, checkpoint_path, update_record
+from vit_lightning.run.rundir import Busy, checkpoint_path, update_record
 
 SHOTS = (1, 5, 10, 25)
 DRAWS = 3
@@ -309,14 +310,15 @@ def main(argv: list[str] | None = None) -> int:
     """`vit-ablate fewshot RUN_DIR_OR_CHECKPOINT [--shots K ...] [--draws N] [--seed S] [--data-root DIR]`."""
     args = parser().parse_args(argv)
     try:
-        check_free(checkpoint_path(Path(args.path)).parent)  # a fit training the run would overwrite the numbers
-        model, datamodule, record, ckpt, _ = load_trained(Path(args.path), root=args.data_root)
-        metrics = evaluate(model.model.to(args.device), datamodule, tuple(args.shots), args.draws, args.seed,
-                           args.estimator)
-        print(f"few-shot linear ({args.draws} draws): {describe(metrics, args.shots)}")
-        if record is not None:  # read again under the lock: the record as it is now, with these numbers added
-            update_record(ckpt.parent, lambda now: now.setdefault("metrics", {}).update(metrics))
-            print(f"updated {ckpt.parent / RECORD}")
+        # the run's lock held for the whole work: a fit training the run would overwrite the numbers
+        with rundir.held(checkpoint_path(Path(args.path)).parent) as lock:
+            model, datamodule, record, ckpt, _ = load_trained(Path(args.path), root=args.data_root)
+            metrics = evaluate(model.model.to(args.device), datamodule, tuple(args.shots), args.draws, args.seed,
+                               args.estimator)
+            print(f"few-shot linear ({args.draws} draws): {describe(metrics, args.shots)}")
+            if record is not None:  # read again under the lock: the record as it is now, with these numbers added
+                update_record(ckpt.parent, lambda now: now.setdefault("metrics", {}).update(metrics), lock=lock)
+                print(f"updated {ckpt.parent / RECORD}")
     except (ValueError, RuntimeError, OSError, Busy) as error:
         print(f"vit-ablate fewshot: {' '.join(str(error).split())}", file=sys.stderr)
         return 2

@@ -51,3 +51,27 @@ def cli_options(parser) -> list[tuple[object, object]]:
     every option of fit.
     """
     return [(action, getattr(action, "_typehint", None)) for action in parser._actions]
+
+
+def epoch_batches_done(trainer: pl.Trainer) -> tuple[int, bool]:
+    """(training batches done in the current epoch, whether that is the whole epoch), as a checkpoint taken now
+    resumes them: Lightning's progress counters (public attributes of its private loop classes)."""
+    done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+    return done, done >= trainer.num_training_batches
+
+
+def restore_loader_states(trainer: pl.Trainer) -> bool:
+    """Apply the checkpoint's train-loader states and make the epoch's iterator again; True when there were any.
+
+    Private: Lightning applies them only when it builds the loader after reading the checkpoint; a module whose
+    optimizer asks for `trainer.estimated_stepping_batches` has the loader (and its iterator) built before that,
+    and the states would wait unused in the fit loop.
+    """
+    loop = trainer.fit_loop
+    states, loader = loop._combined_loader_states_to_load, loop._combined_loader
+    if not states or loader is None or loop._data_fetcher is None:
+        return False
+    loader._load_state_dicts(states)
+    loop._combined_loader_states_to_load = []
+    iter(loop._data_fetcher)  # the resumed epoch's iterator, starting where the checkpoint's epoch stopped
+    return True

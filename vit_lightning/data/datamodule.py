@@ -13,8 +13,11 @@ from torchvision import datasets
 from torchvision.transforms import v2
 from typing_extensions import override
 
+from vit_lightning.bookkeeping import number_in
+from vit_lightning.compat.lightning import epoch_batches_done
 from vit_lightning.data.augment import BatchRandAugment
 from vit_lightning.data.glyphs import Glyphs, TranslatedMnist
+from vit_lightning.data.resumable import ResumableLoader, ResumableSampler, run_seed
 from vit_lightning.data.sources import (
     CIFAR10_STATS,
     CIFAR100_STATS,
@@ -281,8 +284,14 @@ class ViTDataModule(pl.LightningDataModule):
 
     @override
     def train_dataloader(self) -> DataLoader:
-        # A plain shuffled loader: Lightning swaps in a DistributedSampler under DDP.
-        return self._loader(self.train_set, self.train_collate, shuffle=True)
+        # Resumable mid-epoch (resumable.py); its own DistributedSampler under DDP, which Lightning keeps.
+        if self.train_set is None:
+            raise RuntimeError("call setup() before asking for a dataloader")
+        trainer = self.trainer
+        ranks, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        sampler = ResumableSampler(self.train_set, num_replicas=ranks, rank=rank, seed=run_seed())
+        progress = (lambda: epoch_batches_done(trainer)) if trainer is not None else None
+        return self._loader(self.train_set, self.train_collate, shuffle=False, sampler=sampler, progress=progress)
 
     @override
     def val_dataloader(self) -> DataLoader:
@@ -300,11 +309,11 @@ class ViTDataModule(pl.LightningDataModule):
         labels = getattr(view, "labels", None)
         return view, torch.as_tensor(view.targets if labels is None else labels, dtype=torch.int64)
 
-    def _loader(self, dataset, collate, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset, collate, shuffle: bool, **resumable) -> DataLoader:
         if dataset is None:
             raise RuntimeError("call setup() before asking for a dataloader")
         workers = self.hparams.num_workers
-        return DataLoader(
+        return (ResumableLoader if resumable else DataLoader)(
             dataset,
             batch_size=self.hparams.batch_size,
             shuffle=shuffle,
@@ -312,6 +321,7 @@ class ViTDataModule(pl.LightningDataModule):
             collate_fn=collate,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=workers > 0,
+            **resumable,
         )
 
     @override
@@ -372,10 +382,16 @@ def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alph
         raise ValueError(f"data.batch_size must be >= 1 and data.num_workers >= 0, got {batch_size}, {num_workers}")
     if img_size is not None and img_size < 1:
         raise ValueError(f"data.img_size must be a positive int or None, got {img_size}")
+    if not number_in(batch_size, 1, 2**24, integer=True) or not number_in(num_workers, 0, 1024, integer=True):
+        raise ValueError(f"data.batch_size must be >= 1 (at most 2^24) and data.num_workers >= 0 (at most 1024), "
+                         f"got {batch_size}, {num_workers}")
+    if img_size is not None and not number_in(img_size, 1, 2**16, integer=True):
+        raise ValueError(f"data.img_size must be a positive int (at most 65536) or None, got {img_size}")
     if not 0.0 < val_split < 1.0:
         raise ValueError(f"data.val_split must be in (0, 1), got {val_split}")
     if not 0.0 <= holdout < 1.0:
         raise ValueError(f"data.holdout must be in [0, 1) (0: validate on the validation split), got {holdout}")
-    if mixup_alpha < 0 or cutmix_alpha < 0:
-        raise ValueError(f"data.mixup_alpha and data.cutmix_alpha must be >= 0, got {mixup_alpha}, {cutmix_alpha}")
+    if not number_in(mixup_alpha, 0, 1e3) or not number_in(cutmix_alpha, 0, 1e3):
+        raise ValueError(f"data.mixup_alpha and data.cutmix_alpha must be >= 0, finite numbers in [0, 1000], "
+                         f"got {mixup_alpha}, {cutmix_alpha}")
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from vit_lightning.bookkeeping import number_in, span
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, unread_error
 from vit_lightning.model.pooling import HEADS
 from vit_lightning.model.position import ENCODING_OPTIONS
+
+MAX_REG_TOKENS = 1024  # registers: 4 to 16 in their paper; far more only fills memory (attention is quadratic in them)
+MAX_LAYER_SCALE = 10.0  # layer scale's initial value: 1e-6 to 1e-1 in DeiT-III and timm
 
 
 def check_choice(option: str, value, choices) -> None:
@@ -133,16 +137,18 @@ class ViTConfig:
 
     def _check_since_paper(self) -> None:
         """layer_scale and reg_tokens values (where they apply: the families' `reads` and checks)."""
-        if self.layer_scale is not None and not self.layer_scale > 0:
-            raise ValueError(f"layer_scale must be a positive initial value (or None: off), got {self.layer_scale!r}")
-        if isinstance(self.reg_tokens, bool) or not isinstance(self.reg_tokens, int) or self.reg_tokens < 0:
-            raise ValueError(f"reg_tokens must be a count >= 0, got {self.reg_tokens!r}")
+        if self.layer_scale is not None and not number_in(self.layer_scale, 0, MAX_LAYER_SCALE, low_open=True):
+            raise ValueError(f"layer_scale must be a positive initial value, a finite number in "
+                             f"{span(0, MAX_LAYER_SCALE, low_open=True)} (or None: off), got {self.layer_scale!r}")
+        if not number_in(self.reg_tokens, 0, MAX_REG_TOKENS, integer=True):  # before any memory is allocated
+            raise ValueError(f"reg_tokens must be a count >= 0 and at most {MAX_REG_TOKENS} (every token adds a row "
+                             f"and a column to every attention map), got {self.reg_tokens!r}")
 
     def check_positive(self, *names: str) -> None:
         """Each named option is a positive integer (or a pair of them)."""
         for name in names:
             value = getattr(self, name)
-            if min(value if isinstance(value, tuple) else (value,)) < 1:
+            if not all(number_in(v, 1, 2**31, integer=True) for v in (value if isinstance(value, tuple) else (value,))):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
     @property

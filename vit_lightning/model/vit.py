@@ -7,6 +7,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from vit_lightning.bookkeeping import number_in, span
 from vit_lightning.model.config import ViTConfig, check_choice
 from vit_lightning.model.family import BackboneParts, Family, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
@@ -69,14 +70,17 @@ def check_vit(cfg: ViTConfig) -> None:
             f"got hybrid_layers={list(cfg.hybrid_layers)}, hybrid_width={cfg.hybrid_width}"
         )
 
+MAX_ROPE_THETA = 1e9  # RoPE's base: 10 to 1e4 in use; an infinite one stops all but one frequency per axis
+
 
 def check_rope(cfg: ViTConfig) -> None:
     """RoPE's options: with a rotary encoding only, a positive theta, a known convention, a head width it can split."""
     check_choice("rope_coords", cfg.rope_coords, COORDS)
     if not ENCODINGS[cfg.pos_encoding].rotary:
         return  # its options set for another encoding: refused by check_vit
-    if cfg.rope_theta is not None and not cfg.rope_theta > 0:
-        raise ValueError(f"rope_theta must be a positive base frequency (or None: NAVER's default), got {cfg.rope_theta!r}")
+    if cfg.rope_theta is not None and not number_in(cfg.rope_theta, 0, MAX_ROPE_THETA, low_open=True):
+        raise ValueError(f"rope_theta must be a positive base frequency, a finite number in "
+                         f"{span(0, MAX_ROPE_THETA, low_open=True)} (or None: NAVER's default), got {cfg.rope_theta!r}")
     check_head_dim(cfg.width // cfg.heads)
 
 

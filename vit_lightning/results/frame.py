@@ -11,6 +11,7 @@ from vit_lightning.ablation import selector
 from vit_lightning.bookkeeping import SEED_KEY
 from vit_lightning.identity import number, plain, same
 from vit_lightning.model.position import ENCODING_OPTIONS, trained_options
+from vit_lightning.results.checked import SKIPPED
 from vit_lightning.results.stats import summarize
 from vit_lightning.results.store import record_time
 
@@ -30,7 +31,7 @@ def design_cells(profile: Any) -> list[dict]:
     return [plain(cell) for cell in profile.cells()]
 
 
-def _why_not_used(rec: dict, cell: int, metric: float, profile: Any) -> str:
+def _why_not_used(rec: dict, cell: int, metric: float, profile: Any, metric_name: str = "") -> str:
     """Why a record is not averaged into its cell ('' when it is)."""
     status = rec.get("status")
     if status == "stopped_early":  # by its sweep's hyperband rule: a shorter run is no finished one
@@ -49,7 +50,10 @@ def _why_not_used(rec: dict, cell: int, metric: float, profile: Any) -> str:
         return "settings differ from the profile: " + ", ".join(changed)
     if cell < 0 and not getattr(profile, "search", None):  # a searched profile's points are its own
         return "not a designed cell"
-    return "" if math.isfinite(metric) else "no metric"
+    if math.isfinite(metric):
+        return ""
+    why = [p for p in rec.get(SKIPPED) or [] if p.startswith(f"metrics[{metric_name!r}]")]
+    return f"no metric ({why[0]})" if why else "no metric"
 
 
 def runs_frame(ablation: Any, profile: Any, records: list[dict]) -> pd.DataFrame:
@@ -69,11 +73,12 @@ def runs_frame(ablation: Any, profile: Any, records: list[dict]) -> pd.DataFrame
                      "val/acc": metrics.get("val/acc"), ablation.metric: metric,
                      **{m: number(metrics.get(m)) for m in extra},
                      **{k: compute.get(k) for k in COMPUTE}, "cell": index,
-                     "note": _why_not_used(rec, index, metric, profile),
+                     "note": _why_not_used(rec, index, metric, profile, ablation.metric),
+                     "skipped": "; ".join(p for p in rec.get(SKIPPED) or [] if not p.startswith(f"metrics[{ablation.metric!r}]")),
                      "error": (rec.get("error") or "").splitlines()[0][:200] if rec.get("error") else "",
                      "time": record_time(rec)})
     columns = ["name", "status", *keys, "seed", *(["replicate"] if replicates else []), ablation.metric, *extra,
-               "val/acc", *COMPUTE, "cell", "note", "error", "time"]
+               "val/acc", *COMPUTE, "cell", "note", "skipped", "error", "time"]
     frame = pd.DataFrame(rows, columns=list(dict.fromkeys(columns)))
     frame = frame.drop(columns=[m for m in extra if m in frame and frame[m].isna().all()])  # no record holds it yet
     frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").round().astype("Int64")

@@ -26,11 +26,12 @@ def accuracy_by_size(record: dict) -> dict[tuple[int, str], float]:
     """A record's top-1 per (image size, view): its own val/acc at its own size (view ''), each evaluation at
     another size ('zoom' or 'canvas')."""
     config, found = record.get("config") or {}, {}
-    if (own := (record.get("metrics") or {}).get("val/acc")) is not None and config.get(SIZE) is not None:
-        found[int(config[SIZE]), ""] = own
+    size = config.get(SIZE)  # a whole number or a (height, width) pair (the loader's checks): a square's side here
+    if (own := (record.get("metrics") or {}).get("val/acc")) is not None and isinstance(size, int):
+        found[size, ""] = own
     for key, metrics in (record.get("eval") or {}).items():
         match = EVAL_KEY.fullmatch(key)
-        if match and match["data"] == config.get("data.name") and "val/acc" in (metrics or {}):
+        if match and match["data"] == config.get("data.name") and (metrics or {}).get("val/acc") is not None:
             view = "canvas" if match["canvas"] else "zoom"
             if (int(match["px"]), "") not in found:
                 found.setdefault((int(match["px"]), view), metrics["val/acc"])

@@ -152,11 +152,16 @@ def header(data: Data, tests: str, seen: str) -> list[tuple[str, str]]:
 
 
 def excluded(data: Data) -> Table:
-    """Runs that are not averaged (failed, diverged, running, off-design, superseded), with why."""
+    """Runs that are not averaged (failed, diverged, running, off-design, superseded), with why; and runs averaged
+    but for entries of their records that were malformed (checked.py), with those entries."""
     keys = list(data.profile.axes)
-    bad = data.runs[data.runs["note"] != ""]
-    rows = [[r["name"], *(fmt_value(r[k]) for k in keys), fmt_num(r["seed"], ""), str(r["status"]), r["note"],
-             r["error"]] for _, r in bad.iterrows()]
+    skipped = data.runs["skipped"] if "skipped" in data.runs else ""
+    bad = data.runs.assign(skipped=skipped)
+    bad = bad[(bad["note"] != "") | (bad["skipped"] != "")]
+    why = [r["note"] if not r["skipped"] else "; ".join(filter(None, [r["note"], f"skipped: {r['skipped']}"]))
+           for _, r in bad.iterrows()]
+    rows = [[r["name"], *(fmt_value(r[k]) for k in keys), fmt_num(r["seed"], ""), str(r["status"]), w,
+             r["error"]] for w, (_, r) in zip(why, bad.iterrows())]
     return Table("Runs not averaged", ["run", *map(label, keys), "seed", "status", "why", "error"], rows)
 
 

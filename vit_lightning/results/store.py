@@ -13,6 +13,7 @@ from typing import Any
 
 from vit_lightning.bookkeeping import FINAL, RECORD, SUMMARY_FIELDS, write_atomic
 from vit_lightning.identity import flatten, number, plain
+from vit_lightning.results.checked import checked
 from vit_lightning.run.rundir import record_bytes, run_dirs
 
 # W&B run state -> our record status, for runs whose summary has no final status (W&B has no "diverged")
@@ -74,13 +75,22 @@ def collect(runs_root: Path, ablation: str, profile: str, records_dir: Path) -> 
     return written
 
 
-def load_records(records_dir: Path) -> list[dict]:
-    """Every readable record in records_dir, sorted by name; an unreadable one is skipped with a message."""
-    records = (_read_stored(path) for path in sorted(Path(records_dir).glob("*.json")))
-    return [record for record in records if record is not None]
+def load_records(records_dir: Path, quiet: bool = False) -> list[dict]:
+    """Every readable record in records_dir, sorted by name, through the checks of checked.py; an unreadable one
+    is skipped with a message, and so is each malformed entry (`quiet`: said already by an earlier read)."""
+    out = []
+    warn = (lambda line: None) if quiet else _warn
+    for path in sorted(Path(records_dir).glob("*.json")):
+        if (record := _read_stored(path, warn)) is not None and (record := checked(record, path, warn)) is not None:
+            out.append(record)
+    return out
 
 
-def _read_stored(path: Path) -> dict | None:
+def _warn(line: str) -> None:
+    print(f"vit-ablate table: {line}", file=sys.stderr)
+
+
+def _read_stored(path: Path, warn) -> dict | None:
     """A stored record; None (and one line naming the file) when it is truncated or no record."""
     try:
         record = json.loads(path.read_text())
@@ -89,8 +99,7 @@ def _read_stored(path: Path) -> dict | None:
         problem = "not a JSON object"
     except (OSError, ValueError) as err:
         problem = " ".join(str(err).split())
-    print(f"vit-ablate table: skipping {path}: unreadable ({problem}); delete it, or collect it again from the "
-          "run's results.json", file=sys.stderr)
+    warn(f"skipping {path}: unreadable ({problem}); delete it, or collect it again from the run's results.json")
     return None
 
 

@@ -33,7 +33,7 @@ def build(ablation: Any, profile: Any, out: Path, other: OtherDraw | None = None
                           {r["name"]: r.get("history") or [] for r in other.records})
         data.other_source = other.source
     rep = build_search(data) if profile.search else BUILDERS[ablation.layout](data)
-    csv = runs.drop(columns=["cell", "time"])
+    csv = runs.drop(columns=["cell", "time", "skipped"])
     for col in ("seed", "params"):  # keep integers integral even when some runs lack them
         csv[col] = pd.to_numeric(csv[col], errors="coerce").round().astype("Int64")
     files = {"runs.csv": csv.to_csv(index=False, float_format="%.6g", lineterminator="\n"),
@@ -90,5 +90,5 @@ def grid_draw(ablation: Any, profile: Any, folder: str | Path) -> OtherDraw:
 
 def figure_runs(ablation: Any, profile: Any, out: Path) -> list[list[str]]:
     """Per designed cell, the names of the runs out/records' table uses for it (see frame.standing_runs)."""
-    runs = runs_frame(ablation, profile, load_records(Path(out) / "records"))
+    runs = runs_frame(ablation, profile, load_records(Path(out) / "records", quiet=True))  # build() said what it skips
     return standing_runs(runs, len(design_cells(profile)))

@@ -188,8 +188,9 @@ class EpochSeed(pl.Callback):
 
     Lightning creates an epoch's loader iterator after `on_train_epoch_start`, except for the first epoch a
     process trains (created earlier, to count batches); creating it draws a worker base seed from the global
-    RNG, so the loaders get a private generator for that, and shuffling and augmentation draw the same numbers
-    either way. Exact for in-memory data (num_workers=0); worker processes seed themselves.
+    RNG, so the loaders get a private generator for that, and augmentation draws the same numbers either way (the
+    training order is the sampler's own, from (seed, epoch): data/resumable.py). Exact for in-memory data
+    (num_workers=0); worker processes seed themselves.
     """
 
     def __init__(self, seed):

@@ -24,7 +24,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import BEST_METRIC
+from vit_lightning.bookkeeping import BEST_METRIC, number_in, span
 from vit_lightning.identity import normalize
 from vit_lightning.run.record import HISTORY_KEYS
 from vit_lightning.run.rundir import load_record
@@ -32,6 +32,7 @@ from vit_lightning.run.rundir import load_record
 ENV = "VIT_ABLATE_EARLY_TERMINATE"  # JSON {rule: early_terminate, metric: {name, goal}, fixed: {key: value}}
 FIELDS = ("type", "min_iter", "max_iter", "s", "eta", "strict")
 METRICS = (*HISTORY_KEYS, BEST_METRIC)  # the metrics a record has per epoch (val/acc_best: the best val/acc so far)
+MAX_ETA, MAX_S, MAX_ITER = 1e3, 100, 10**6  # finite settings W&B's rule makes sense with (s: brackets, iter: epochs)
 
 
 @dataclass(frozen=True)
@@ -58,33 +59,40 @@ def parse(early: object, metric: dict) -> Rule:
     if extra := sorted(set(early) - set(FIELDS)):
         raise ValueError(f"early_terminate.{extra[0]} is not a hyperband field; fields: {', '.join(FIELDS)}")
     eta, strict = early.get("eta", 3), early.get("strict", True)
-    if not _number(eta) or eta <= 1:
-        raise ValueError(f"early_terminate.eta must be a number above 1, got {eta!r}")
+    if not number_in(eta, 1, MAX_ETA, low_open=True):
+        raise ValueError(f"early_terminate.eta must be a number above 1, finite, in {span(1, MAX_ETA, True)}, "
+                         f"got {eta!r}")
     if not isinstance(strict, bool):
         raise ValueError(f"early_terminate.strict must be true or false, got {strict!r}")
     if "min_iter" in early:
         low = early["min_iter"]
-        if not isinstance(low, int) or isinstance(low, bool) or low < 1:
-            raise ValueError(f"early_terminate.min_iter must be a positive integer, got {low!r}")
+        if not number_in(low, 1, MAX_ITER, integer=True):
+            raise ValueError(f"early_terminate.min_iter must be a positive integer, at most {MAX_ITER}, got {low!r}")
         bands = [int(low * eta**k) for k in range(100) if low * eta**k < 1e9]
     elif "max_iter" in early:
         high, s = early["max_iter"], early.get("s")
-        if not isinstance(high, int) or isinstance(high, bool) or high < 1:
-            raise ValueError(f"early_terminate.max_iter must be a positive integer, got {high!r}")
-        if not _number(s) or s < 1:
+        if not number_in(high, 1, MAX_ITER, integer=True):
+            raise ValueError(f"early_terminate.max_iter must be a positive integer, at most {MAX_ITER}, got {high!r}")
+        if not number_in(s, 1, MAX_S):
             raise ValueError(f"early_terminate.s (the number of brackets below max_iter) must be given with "
-                             f"max_iter as a positive number, got {s!r}")
+                             f"max_iter as a finite number in {span(1, MAX_S)}, got {s!r}")
         bands = [int(high / eta**k) for k in range(1, int(math.ceil(s)) + 1) if high / eta**k >= 1]
         if not bands:
             raise ValueError(f"early_terminate: max_iter {high} / eta {eta} is below 1: no bracket; "
                              "raise max_iter or lower eta")
     else:
         raise ValueError("early_terminate needs min_iter, or max_iter and s")
-    name = metric.get("name")
-    if name not in METRICS:
-        raise ValueError(f"early_terminate needs a metric a trial records each epoch; metric.name {name!r} is not "
-                         f"one: choose from {', '.join(METRICS)}")
+    name = check_metric(metric, METRICS, "early_terminate", " each epoch")
     return Rule(tuple(sorted(set(bands))), float(eta), strict, name, metric.get("goal", "minimize") == "maximize")
+
+
+def check_metric(metric: dict, logged, who: str, when: str = "") -> str:
+    """The metric's name when a trial logs it (`logged`), else ValueError naming it and the metrics logged."""
+    name = metric.get("name")
+    if name not in logged:
+        raise ValueError(f"{who} needs a metric a trial records{when}; metric.name {name!r} is not one: choose from "
+                         f"{', '.join(logged)}")
+    return name
 
 
 def series(history: list[dict], metric: str) -> list[float]:

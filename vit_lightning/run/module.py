@@ -10,12 +10,16 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
+from vit_lightning.bookkeeping import number_in, span
 from vit_lightning.model import ViT, build_backbone
 from vit_lightning.model.config import check_choice
 from vit_lightning.run.transfer import RESAMPLE, read_source, start_from
 
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
+# (low, high, low open, high open) of each number: finite, and wide enough for any real setting
+OPTIMIZER_RANGES = {"lr": (0, 10, True), "weight_decay": (0, 10), "warmup_epochs": (0, 1e6),
+                    "label_smoothing": (0, 1, False, True), "momentum": (0, 1, False, True)}
 
 
 class ViTClassifier(pl.LightningModule):
@@ -59,11 +63,10 @@ class ViTClassifier(pl.LightningModule):
         check_choice("model.optimizer", optimizer, OPTIMIZERS)
         check_choice("model.schedule", schedule, SCHEDULES)
         check_choice("model.pos_resample", pos_resample, RESAMPLE)
-        if lr <= 0 or weight_decay < 0 or warmup_epochs < 0 or not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(
-                "need model.lr > 0, model.weight_decay >= 0, model.warmup_epochs >= 0, 0 <= model.label_smoothing < 1;"
-                f" got {lr}, {weight_decay}, {warmup_epochs}, {label_smoothing}"
-            )
+        if not all(number_in(v, *bounds) for v, bounds in zip((lr, weight_decay, warmup_epochs, label_smoothing,
+                                                               momentum), OPTIMIZER_RANGES.values())):
+            raise ValueError("need finite " + ", ".join(f"model.{k} in {span(*b)}" for k, b in OPTIMIZER_RANGES.items())
+                             + f"; got {lr}, {weight_decay}, {warmup_epochs}, {label_smoothing}, {momentum}")
         self.model = build_backbone(**backbone)  # the family chosen by model.arch
         # Plain lists, not tuples, so the checkpoint stays plain (weights_only loading).
         backbone = {k: list(v) if isinstance(v, tuple) else v for k, v in backbone.items()}

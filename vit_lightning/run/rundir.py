@@ -20,6 +20,7 @@ without a checkpoint the run starts over).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import json
@@ -178,22 +179,30 @@ def run_dirs(folder: Path) -> list[Path]:
     return sorted(path.parent for path in Path(folder).glob(f"*/{RECORD}"))
 
 
-def check_free(directory: Path) -> None:
-    """Busy when a fit (or another writer) holds this run's dir now; a writer outside fit asks before its work.
+@contextlib.contextmanager
+def held(directory: Path):
+    """The run dir's lock for a writer outside fit, held for its whole work (its fd; None for a directory without
+    a record: nothing to protect). A fit that starts meanwhile is refused; Busy when a fit holds it now."""
+    if not (Path(directory) / RECORD).is_file():
+        yield None
+        return
+    lock = acquire(directory)
+    try:
+        yield lock
+    finally:
+        release(lock)
 
-    A directory without a record is no run (a checkpoint kept elsewhere): nothing to ask, nothing written."""
-    if (Path(directory) / RECORD).is_file():
-        release(acquire(directory))
 
-
-def update_record(directory: Path, change) -> dict:
-    """Apply change(record) to the run's record under the run dir's lock (for writers outside fit).
+def update_record(directory: Path, change, lock: int | None = None) -> dict:
+    """Apply change(record) to the run's record under the run dir's lock (for writers outside fit; `lock`: the
+    one this process holds already, from `held`).
 
     Busy when a fit holds the directory, RunDirError when there is no readable record; nothing written then.
     """
     if not (Path(directory) / RECORD).is_file():
         raise RunDirError(f"no {RECORD} in {directory}")
-    lock = acquire(directory)
+    own = lock is None
+    lock = acquire(directory) if own else lock
     try:
         record = read_record(directory)
         if record is None:
@@ -203,7 +212,8 @@ def update_record(directory: Path, change) -> dict:
         write_record(directory, record)
         return record
     finally:
-        release(lock)
+        if own:
+            release(lock)
 
 
 def checkpoint_path(path: Path) -> Path:

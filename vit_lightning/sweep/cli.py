@@ -14,7 +14,7 @@ import yaml
 
 from vit_lightning.compat.wandb import env_mode
 from vit_lightning.identity import TRIAL_KEY
-from vit_lightning.sweep import jobscript, local, select, supervise, trials, validate, wandb_backend, yamls
+from vit_lightning.sweep import jobscript, local, repair, select, supervise, trials, validate, wandb_backend, yamls
 from vit_lightning.sweep.validate import SweepError
 
 EPILOG = """\
@@ -51,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     local_.add_argument("--parallel", type=positive, default=1, metavar="K",
                         help="K trials at once, each on 1/K of the visible GPUs (or of the CPU threads)")
     local_.add_argument("--retry-failed", action="store_true", help="run failed trials again")
+    local_.add_argument("--repair", action="store_true",
+                        help="rebuild a damaged bayes journal from the records (a damaged sweep state is rebuilt "
+                             "from them by every run)")
     local_.add_argument("--fresh-processes", action="store_true",
                         help="start each trial as a new `vit-ablate fit` process instead of forking it from a worker "
                              "that imported torch and Lightning once per slot (about 5 s more per trial)")
@@ -327,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             groups = local_groups(args)
             all_trials = checked_trials(configs, args, gpus=len(groups[0]))
             searches = bayes_searches(configs, args, gpus=len(groups[0]))
+            repair.check(all_trials, searches, args.repair, args.dry_run, log=lambda m: print(m, file=sys.stderr))
             if args.dry_run:
                 return print_lines([t.shell() for t in all_trials] + [f"# {s.describe()}" for s in searches])
             check_sources(all_trials, args)

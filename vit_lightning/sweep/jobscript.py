@@ -24,10 +24,11 @@ def sbatch_script(sweep_argv: list[str], job_name: str, gpus: int, cpus: int, sh
     command it runs, `gpus` the node's GPUs, `cpus` the CPUs its trials' loaders and processes need (capped at
     CPU_CAP, with a line to edit), `shares` a line saying how the jobs of one script share the work. The time,
     partition and account are lines to edit. Two minutes before the time limit SLURM sends SIGUSR1 to the script
-    alone: it stops the sweep (SIGTERM) while its trials can still checkpoint, then requeues the job, so they go
-    on without a human. `scancel` and pre-emption send SIGTERM to every process of the job: the sweep stops its
-    trials once (the script's forwarded copy is the same stop) and the job stays stopped, or, pre-empted, goes
-    back to the queue through --requeue. The log is appended to across requeues.
+    alone: it passes it on to the sweep, which stops its trials (SIGTERM) while they can still checkpoint and logs
+    the stop as the time limit, then requeues the job, so they go on without a human. `scancel` and pre-emption
+    send SIGTERM to every process of the job: the sweep stops its trials once (the script's forwarded copy is the
+    same stop) and the job stays stopped, or, pre-empted, goes back to the queue through --requeue. The log is
+    appended to across requeues, one per array task (`%x-%A_%a.out`: job name, array job id, task id).
     """
     lines = ["#!/bin/bash", f"#SBATCH --job-name={job_name}", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1"]
     if gpus:
@@ -42,14 +43,14 @@ def sbatch_script(sweep_argv: list[str], job_name: str, gpus: int, cpus: int, sh
               "##SBATCH --partition=NAME      # edit, and remove one '#', to choose a partition",
               "##SBATCH --account=NAME        # edit, and remove one '#', to charge an account",
               "#SBATCH --signal=B:USR1@120", "#SBATCH --requeue", "#SBATCH --open-mode=append",
-              "#SBATCH --output=%x-%j.out",
+              "#SBATCH --output=%x-%A_%a.out",
               f"# {shares}",
               f"cd {shlex.quote(os.getcwd())}",
-              "# In the background, so the signals reach this script at once. USR1 (the time limit is near): stop the",
-              "# sweep, then requeue this job. TERM (scancel, pre-emption): stop the sweep, and stay stopped.",
+              "# In the background, so the signals reach this script at once. USR1 (the time limit is near): the sweep",
+              "# stops for it, then this job is requeued. TERM (scancel, pre-emption): stop the sweep, and stay stopped.",
               f"{shlex.join(sweep_argv)} &",
               'pid=$!',
-              'trap \'kill -TERM "$pid"; requeue=1\' USR1',
+              'trap \'kill -USR1 "$pid"; requeue=1\' USR1',
               'trap \'kill -TERM "$pid"; cancelled=1\' TERM',
               'wait "$pid"; code=$?',
               'while kill -0 "$pid" 2>/dev/null; do wait "$pid"; code=$?; done  # a signal ended the wait, not the sweep',

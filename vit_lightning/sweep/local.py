@@ -33,7 +33,7 @@ from pathlib import Path
 from vit_lightning.bookkeeping import FINAL, describe, now, one_line, write_atomic
 from vit_lightning.run import rundir
 from vit_lightning.sweep import forkserver
-from vit_lightning.sweep.supervise import Supervisor
+from vit_lightning.sweep.supervise import Supervisor, stop_name
 from vit_lightning.sweep.trials import Trial, executable, find_record, swept_keys
 from vit_lightning.sweep.wandb_backend import SLURM_TASK_VARS
 
@@ -110,6 +110,22 @@ def status_of(trial: Trial, state: State, retry_failed: bool = False) -> str:
     return "pending"
 
 
+def stale_running(trials: list[Trial], state: State) -> list[tuple[Trial, dict]]:
+    """Trials the state says are running whose process is gone (killed with the sweep): their lock is free."""
+    out = []
+    for trial in trials:
+        entry = state.get(trial)
+        if entry.get("status") != "running":
+            continue
+        try:
+            fd = rundir.acquire(trial.run_dir)
+        except (rundir.Busy, OSError):
+            continue  # alive, here or on another node
+        rundir.release(fd)
+        out.append((trial, entry))
+    return out
+
+
 class Runner:
     """Runs trials on `slots` (one env overlay per concurrent process), printing progress."""
 
@@ -131,6 +147,11 @@ class Runner:
     # --- planning ------------------------------------------------------------------------------------
     def plan(self) -> list[Trial]:
         """The trials to run now (each is checked again right before it starts); says what is skipped."""
+        for trial, entry in stale_running(self.trials, self.state):
+            where = f"pid {entry.get('pid')} on {entry.get('host')}"
+            self.log(f"[sweep] trial {self.index[trial.id]}/{len(self.trials)} was left running by {where}, which "
+                     "is gone: interrupted (it runs again, resuming from its checkpoint)")
+            self.state.update(trial, status="interrupted", pid=None, error=f"its sweep ({where}) was killed")
         status = {t.id: status_of(t, self.state, self.retry_failed) for t in self.trials}
         todo = [t for t in self.trials if status[t.id] == "pending"]
         self.skipped = {s: sum(v == s for v in status.values()) for s in ("done", "failed")}
@@ -270,7 +291,7 @@ class Runner:
             status, error = ("interrupted" if stop is not None else "failed"), died
         elif stop is not None or rc in STOPPED or rstatus == "interrupted":
             signum = stop or (abs(rc) % 128 if rc in STOPPED else signal.SIGTERM)
-            status, error = "interrupted", f"stopped by {signal.Signals(signum).name}"
+            status, error = "interrupted", f"stopped by {stop_name(signum)}"
         else:
             status = "failed"
             error = (record or {}).get("error") or (

@@ -26,6 +26,7 @@ from vit_lightning.bookkeeping import FINAL, write_atomic
 from vit_lightning.identity import TRIAL_KEY, normalize, run_dir
 from vit_lightning.sweep.expand import _quantize, parameters
 from vit_lightning.sweep.local import State, _flocked, status_of
+from vit_lightning.sweep.repair import journal_shape
 from vit_lightning.sweep.trials import Trial, find_record, make
 
 EDGE = 1e-6  # a normal's or beta's quantile is drawn in [EDGE, 1 - EDGE]: the tails are finite
@@ -100,11 +101,18 @@ class Search:
 
     # --- the journal ---------------------------------------------------------------------------------
     def proposals(self) -> list[dict]:
-        """[{id, raw}] in the order proposed."""
+        """[{id, raw}] in the order proposed; ValueError (one line) for a damaged journal."""
         try:
-            return list(json.loads(self.journal.read_text())["proposals"])
+            data = json.loads(self.journal.read_text())
         except FileNotFoundError:
             return []
+        except ValueError as error:  # `vit-ablate sweep` checks the journal before it starts (repair.py)
+            raise ValueError(f"{self.journal}: damaged bayes journal ({' '.join(str(error).split())}); "
+                             "`vit-ablate sweep ... --repair` rebuilds it from the records") from None
+        if problem := journal_shape(data):
+            raise ValueError(f"{self.journal}: damaged bayes journal ({problem}); `vit-ablate sweep ... --repair` "
+                             "rebuilds it from the records")
+        return list(data["proposals"])
 
     def trial(self, raw: dict) -> Trial:
         params = {n: value(dist, spec, raw.get(n)) for n, (dist, spec) in self.params.items()}
@@ -196,4 +204,11 @@ def searches(configs: list[dict], count: int | None, seed: int, gpus: int, retry
 
 def ids_of(folder: Path) -> list[str]:
     """Every proposal's trial id in the bayes journals of a sweep folder (for tests and tables)."""
-    return [p["id"] for path in sorted(folder.glob(".bayes-*.json")) for p in json.loads(path.read_text())["proposals"]]
+    out = []
+    for path in sorted(folder.glob(".bayes-*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:
+            continue  # a damaged journal: the records still say which runs exist
+        out += [] if journal_shape(data) else [p["id"] for p in data["proposals"]]
+    return out

@@ -5,9 +5,15 @@ supervisor: the first SIGINT/SIGTERM is forwarded to every child's process group
 its DDP ranks, or a `wandb agent`, which relays it to its run); a second one, or GRACE_S seconds
 without the children exiting, SIGKILLs the children and everything below them. A SIGTERM that
 repeats within SAME_STOP_S is the same stop, not a second one: `scancel` and pre-emption signal
-every process of a job at once, and the job script forwards that signal to the sweep as well. A
-stopped sweep exits with 128 + the signal number. When the runner itself fails (`fail`: it cannot
-write its state, cannot start a process), the children are stopped the same way and reaped.
+every process of a job at once, and the job script forwards that signal to the sweep as well.
+SIGUSR1 is the job script's word that the job's time limit is near: the children get SIGTERM (they
+stop with a checkpoint) and a SIGTERM after it (the time limit itself) is the same stop. A stopped
+sweep exits with 128 + the signal number. When the runner itself fails (`fail`: it cannot write its
+state, cannot start a process), the children are stopped the same way and reaped.
+
+The signal handler only notes the signal (no lock, no output): signals arrive microseconds apart
+and a handler runs inside another handler or inside any locked region of the main thread, so
+whatever it waited on could be its own. The main thread acts on the noted signals between its waits.
 
 Every child learns the sweep's pid (SWEEP_PID_ENV): a trial whose sweep dies (SIGKILL, out of
 memory) stops itself as if the sweep had stopped it (train.py). A trial whose worker died
@@ -21,6 +27,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +36,15 @@ from vit_lightning.sweep.forkserver import WorkerDied
 
 GRACE_S = float(os.environ.get(GRACE_ENV, 60.0))  # after forwarding a stop signal, wait this long before killing
 SAME_STOP_S = 5.0  # a SIGTERM this soon after the first is the same job-wide stop
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: the job script's "time limit near"
+POLL_S = 0.05  # how soon the main thread acts on a noted signal
+
+
+def stop_name(signum: int) -> str:
+    """How a stop is named in the log and the state: the signal, or the time limit it stands for."""
+    if signum == signal.SIGUSR1:
+        return "the job's time limit (SIGUSR1)"
+    return signal.Signals(signum).name
 
 
 def visible_gpus() -> list[str]:
@@ -95,22 +111,26 @@ class Supervisor:
         self.failure: str | None = None  # why the runner itself failed (then it stops like on SIGTERM)
         self._stop_time = 0.0
         self._stopped = threading.Event()
+        self._noted: deque[tuple[int, float]] = deque()  # (signal, when) noted by the handler, not yet acted on
+        self._acted: int | None = None  # the signal of the stop the main thread acted on
 
     def run(self, slots: int, work: Callable[[int], None]) -> None:
         """Call work(slot) on one thread per slot until all return; signals stop the children meanwhile."""
         handlers = {}
         if threading.current_thread() is threading.main_thread():
-            handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+            handlers = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
         try:
             threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(slots)]
             for t in threads:
                 t.start()
             while any(t.is_alive() for t in threads):
                 for t in threads:
-                    t.join(0.2)
+                    t.join(POLL_S)
+                self._act()
                 self._escalate()
             self._reap_abandoned()
         finally:
+            self._act()
             for s, old in handlers.items():
                 signal.signal(s, old)
 
@@ -120,6 +140,7 @@ class Supervisor:
             self.fail(self.failure or "a process outlived its slot")
         while self.running:
             time.sleep(0.1)
+            self._act()
             self._escalate()
             with self.lock:
                 self.running = {pid: p for pid, p in self.running.items() if p.poll() is None}
@@ -187,23 +208,41 @@ class Supervisor:
         return not self._stopped.wait(seconds)
 
     def _on_signal(self, signum, frame) -> None:
-        with self.lock:
-            first = self.stop_signal is None
+        """Note the signal; the main thread acts on it (`_act`). Plain assignments and a deque append only: no
+        lock, no output, so a handler that interrupts another handler or a locked region cannot wait on itself."""
+        if self.stop_signal is None:  # the slots start nothing more from now on
+            self.stop_signal = signum
+        self._noted.append((signum, time.monotonic()))
+
+    def _act(self) -> None:
+        """Act on every noted signal, in order: the first stops the children, a repeat of it is the same stop,
+        another one kills them."""
+        while self._noted:
+            signum, when = self._noted.popleft()
+            with self.lock:
+                first = self._acted is None
+                if first:
+                    self._acted, self.stop_signal, self._stop_time = signum, signum, when
+                    self._stopped.set()
+                same = not first and self._same_stop(signum, when)
+                procs = list(self.running.values())
             if first:
-                self.stop_signal, self._stop_time = signum, time.monotonic()
-                self._stopped.set()
-            elif signum == self.stop_signal == signal.SIGTERM and time.monotonic() - self._stop_time < SAME_STOP_S:
-                return  # the same job-wide stop, reaching the sweep twice
-            procs = list(self.running.values())
-        if first:
-            self.log(f"[sweep] {signal.Signals(signum).name}: stopping {len(procs)} process(es); again to kill")
-            self._signal(procs, signum)
-        else:
-            self._kill(procs)
+                how = "" if signum == signal.SIGUSR1 else "; again to kill"
+                self.log(f"[sweep] {stop_name(signum)}: stopping {len(procs)} process(es){how}")
+                self._signal(procs, signal.SIGTERM if signum == signal.SIGUSR1 else signum)
+            elif not same:
+                self.log(f"[sweep] {signal.Signals(signum).name} again: killing {len(procs)} process(es)")
+                self._kill(procs)
+
+    def _same_stop(self, signum: int, when: float) -> bool:
+        """A SIGTERM that belongs to the stop already under way: the job-wide copy of it, or the time limit."""
+        if signum != signal.SIGTERM:
+            return signum == self._acted == signal.SIGUSR1
+        return self._acted == signal.SIGUSR1 or (self._acted == signal.SIGTERM and when - self._stop_time < SAME_STOP_S)
 
     def _escalate(self) -> None:
         """Kill the children if they ignore the forwarded signal for GRACE_S."""
-        if self.stopping and time.monotonic() - self._stop_time > GRACE_S:
+        if self._stopped.is_set() and time.monotonic() - self._stop_time > GRACE_S:  # set with _stop_time
             with self.lock:
                 procs = list(self.running.values())
             self._kill(procs)

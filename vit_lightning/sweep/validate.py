@@ -63,9 +63,32 @@ def check_structure(config: Any) -> None:
             hyperband.parse(config["early_terminate"], metric)
         except ValueError as err:
             raise SweepError(str(err)) from None
+    if config.get("method") == "bayes":  # else the sampler is told every point failed: a blind search
+        try:
+            hyperband.check_metric(metric, recorded_metrics(params), "method bayes")
+        except ValueError as err:
+            raise SweepError(str(err)) from None
     cap = config.get("run_cap")
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
         raise SweepError(f"run_cap must be a positive integer, got {cap!r}")
+
+
+def recorded_metrics(params: dict) -> tuple[str, ...]:
+    """The metrics a trial's record holds at its end for these sweep parameters (what a bayes search reads)."""
+    from vit_lightning.analysis.fewshot import SHOTS, metric_names
+    from vit_lightning.bookkeeping import SHUFFLE_DROP, SHUFFLED_ACC
+
+    def values(key, default):
+        spec = params.get(key)
+        if not isinstance(spec, dict):
+            return [default]
+        return [spec["value"]] if "value" in spec else list(spec.get("values") or [default])
+
+    shots = sorted({k for v in values("run.fewshot_shots", list(SHOTS)) if isinstance(v, list) for k in v
+                    if isinstance(k, int)})
+    shuffled = any(not isinstance(v, int) or v > 0 for v in values("run.shuffle_perms", 1))
+    return (*hyperband.METRICS, "epochs", "steps", *[m for k in shots for m in metric_names(k)],
+            *((SHUFFLED_ACC, SHUFFLE_DROP) if shuffled else ()))
 
 
 def edge_values(dist: str, spec: dict) -> list:

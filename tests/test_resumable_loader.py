@@ -1,0 +1,84 @@
+"""The training loader's place in its epoch (data/resumable.py): saved, restored, and under DDP each rank's shard
+resumes so that the ranks together train each image of the cut epoch once; Lightning keeps its sampler."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.resumable import ResumableLoader, ResumableSampler
+
+N, BATCH = 50, 4  # 50 images over 2 ranks: 25 each, 7 batches per rank (the last one short)
+
+
+class FakeTrainer:
+    """What train_dataloader reads of a trainer: its DDP layout, and the epoch's progress a checkpoint records."""
+
+    def __init__(self, world_size: int, rank: int):
+        self.world_size, self.global_rank, self.done = world_size, rank, (0, False)
+
+
+def loader(ranks: int, rank: int, state: dict | None = None, seed: int = 3) -> ResumableLoader:
+    data = TensorDataset(torch.arange(N))
+    sampler = ResumableSampler(data, num_replicas=ranks, rank=rank, seed=seed)
+    out = ResumableLoader(data, batch_size=BATCH, sampler=sampler, progress=lambda: loader.done[rank])
+    if state is not None:
+        out.load_state_dict(state)
+    return out
+
+
+def epoch(dl: DataLoader, e: int) -> list[list[int]]:
+    dl.sampler.set_epoch(e)  # as Lightning does at each epoch start
+    return [batch[0].tolist() for batch in dl]
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("cut", [1, 3, 6])
+def test_a_resumed_epoch_trains_what_the_cut_one_had_left_on_every_rank(ranks, cut):
+    unbroken = [[epoch(loader(ranks, r), e) for e in range(3)] for r in range(ranks)]
+    seen, states = [], []
+    for r in range(ranks):
+        first = loader(ranks, r)
+        part = epoch(first, 0)  # epoch 0 whole, then epoch 1 stopped after `cut` batches
+        part = epoch(first, 1)[:cut]
+        loader.done = {r: (cut, False)}
+        states.append(first.state_dict())
+        seen.append(part)
+    assert states[0] == {"epoch": 1, "batches": cut, "finished": False}
+    for r in range(ranks):
+        again = loader(ranks, r, states[r])
+        rest = epoch(again, 1)
+        assert seen[r] + rest == unbroken[r][1]  # image for image, in the unbroken order
+        assert epoch(again, 2) == unbroken[r][2]  # and the next epoch starts at its beginning
+    # the ranks together: each image of the cut epoch once (DistributedSampler pads to an even split: N is even)
+    images = sorted(i for r in range(ranks) for b in unbroken[r][1] for i in b)
+    assert images == list(range(N))
+
+
+def test_a_checkpoint_at_an_epoch_end_resumes_at_the_next_epoch_start():
+    first = loader(1, 0)
+    epoch(first, 0)
+    loader.done = {0: (13, True)}
+    again = loader(1, 0, first.state_dict())
+    assert again.sampler.epoch == 1 and epoch(again, 1) == epoch(loader(1, 0), 1)
+
+
+def test_the_datamodule_gives_each_rank_its_shard_and_lightning_keeps_the_sampler(tmp_path):
+    dm = ViTDataModule(name="synthetic", batch_size=BATCH, img_size=8)
+    dm.prepare_data()
+    dm.setup("fit")
+    shards = []
+    for rank in range(2):
+        dm.trainer = FakeTrainer(2, rank)
+        dl = dm.train_dataloader()
+        assert isinstance(dl, ResumableLoader) and (dl.sampler.num_replicas, dl.sampler.rank) == (2, rank)
+        shards.append(set(dl.sampler))
+    assert not shards[0] & shards[1] and len(shards[0] | shards[1]) == len(dm.train_set)
+    ddp = pl.Trainer(accelerator="cpu", strategy="ddp", devices=2, logger=False, enable_checkpointing=False,
+                     default_root_dir=tmp_path)
+    connector = ddp._data_connector
+    assert not connector._requires_distributed_sampler(dl)  # ours stays: its state is the checkpoint's
+    assert connector._requires_distributed_sampler(DataLoader(dm.train_set, batch_size=BATCH, shuffle=True))

@@ -1,0 +1,75 @@
+"""A training loader that knows its place in the epoch, so a run resumed mid-epoch trains each image of that
+epoch once: the images the stopped attempt had left, in the order it would have seen them.
+
+The order of an epoch is a function of (seed, epoch) alone (a DistributedSampler's, one shard per DDP rank;
+Lightning keeps a DistributedSampler as it is). Lightning saves the loader's `state_dict` in the checkpoint
+(the epoch and the batches trained in it) and hands it back to `load_state_dict` before it makes the resumed
+epoch's iterator, which then starts after those batches (or, when the loader was built before the checkpoint
+was read, ResumeLoader hands it back at the start of training). Any worker count: the sampler runs in the main
+process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader, DistributedSampler
+from typing_extensions import override
+
+from vit_lightning.compat.lightning import restore_loader_states
+
+
+class ResumableSampler(DistributedSampler):
+    """A seeded shuffle per epoch (this rank's shard of it) that starts an epoch after its first `skip` indices."""
+
+    def __init__(self, dataset, num_replicas: int = 1, rank: int = 0, seed: int = 0):
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
+        self.skip = 0  # indices of the current epoch already trained (set by ResumableLoader.load_state_dict)
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:  # another epoch than the one being resumed starts at its beginning
+            self.skip = 0
+        super().set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        indices = list(super().__iter__())
+        skip, self.skip = self.skip, 0
+        return iter(indices[skip:])
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader over a ResumableSampler whose state (epoch, batches trained in it) travels in the checkpoint.
+
+    `progress()` gives (batches trained in the current epoch, whether the epoch is over) when the state is taken.
+    """
+
+    def __init__(self, *args, progress: Callable[[], tuple[int, bool]] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.progress = progress
+
+    def state_dict(self) -> dict:
+        batches, finished = self.progress() if self.progress is not None else (0, False)
+        return {"epoch": self.sampler.epoch, "batches": batches, "finished": finished}
+
+    def load_state_dict(self, state: dict) -> None:
+        finished = bool(state["finished"])
+        self.sampler.epoch = int(state["epoch"]) + finished  # a finished epoch resumes at the next one's start
+        self.sampler.skip = 0 if finished else int(state["batches"]) * self.batch_size
+
+
+class ResumeLoader(pl.Callback):
+    """At the start of a resumed fit: the loader's state from the checkpoint, if Lightning has not applied it."""
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        restore_loader_states(trainer)
+
+
+def run_seed() -> int:
+    """The run's seed as Lightning's seed_everything left it (0 without one): the shuffle's base seed."""
+    try:
+        return int(os.environ.get("PL_GLOBAL_SEED") or 0)
+    except ValueError:
+        return 0
