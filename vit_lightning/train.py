@@ -105,7 +105,7 @@ class FitCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         self.config = parser.parse_args(args)  # no sys.argv cross-check: argv comes from the dispatcher
         # --model.init_from: the architecture comes from the source (a conflicting option is an error here)
-        self.source = transfer.adopt(self.config, parser.get_defaults(), list(args))
+        self.start = transfer.resolve(self.config, parser.get_defaults(), list(args))  # read once, here
         model = self.config.model
         if model.get("patch_size") is None:  # the demo's patch for this architecture (checked when the model is built)
             model.patch_size = FAMILIES[model.get("arch") or DEFAULT_ARCH].demo_patch
@@ -114,6 +114,7 @@ class FitCLI(LightningCLI):
     def instantiate_classes(self) -> None:
         if self.instantiate:
             super().instantiate_classes()
+            self.model.start = self.start  # the module loads the source fit resolved, not a second read
 
     @override
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
@@ -126,12 +127,12 @@ class FitCLI(LightningCLI):
         config.update({f"model.{key}": getattr(built, key) for key in FAMILIES[built.arch].defaults})
         if error := settings_error(config) or task_error(config):
             raise ValueError(error)
-        if self.source:
-            transfer.check_data(self.source, config["model.in_chans"])
+        if self.start:
+            self.start.check_data(config["model.in_chans"])
         if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
             world = world_size(config, torch.cuda.device_count())
             # ad hoc: a source by its canonical id, so every spelling of its path names one run
-            own = {**config, "model.init_from": self.source.id} if self.source else config
+            own = {**config, "model.init_from": self.start.source.id} if self.start else config
             if params := loggers.sweep_params():
                 config[TRIAL_KEY] = trial_name(transfer.named_by_source(params), world)
             else:  # ad hoc: only values away from the parser's defaults are hashed, so new options rename nothing
@@ -149,8 +150,8 @@ class FitCLI(LightningCLI):
         facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
         divergence, self.stop = DivergenceStop(), StopSignal()
         self.run_record = RunRecord(directory, config, facts, divergence)
-        self.run_record.init_from = (transfer.account(self.source, config["model.patch_size"], config["model.img_size"],
-                                                  config["model.pos_resample"]) if self.source else None)
+        self.run_record.init_from = (self.start.account(config["model.patch_size"], config["model.img_size"])
+                                     if self.start else None)
         # the local sweep backend's hyperband rule (hyperband.ENV), judged after the record has this epoch
         self.run_record.early = HyperbandStop.from_env(directory, lambda: self.run_record.history)
         tty = sys.stdout.isatty()
@@ -161,7 +162,7 @@ class FitCLI(LightningCLI):
             # One checkpoint, overwritten every epoch: {run dir}/last.ckpt (resume point, final weights).
             ModelCheckpoint(dirpath=directory, filename=Path(LAST_CKPT).stem, save_top_k=1, save_on_train_epoch_end=True,
                             enable_version_counter=False),
-            *([StartAccuracy(self.source)] if self.source else []),  # before any fine-tuning step
+            *([StartAccuracy(self.start.source)] if self.start else []),  # before any fine-tuning step
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
             *([ShuffledAccuracy(perms)] if (perms := config["run.shuffle_perms"]) else []),
             divergence,
@@ -204,7 +205,7 @@ class FitCLI(LightningCLI):
         """Skip a finished run, resume an unfinished one from its newest checkpoint, or start it."""
         if run.finished and not self.config["run.retrain"]:
             _say(f"vit-ablate fit: skipped, run already {run.previous['status']}; record: {run.path / RECORD}")
-            if changed := transfer.changed_since(self.source, run.previous):
+            if changed := self.start and self.start.changed_since(run.previous):
                 _warn(f"vit-ablate fit: {changed}; --run.retrain=true trains it again from the source as it is now")
             if rank_zero_only.rank == 0:  # under a W&B agent its run gets the finished record
                 loggers.report_finished(run.path, self.flat, run.previous)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from vit_lightning.bookkeeping import LAST_CKPT, RECORD, one_line
+from vit_lightning.bookkeeping import LAST_CKPT, one_line
 from vit_lightning.model.build import build_backbone, timm_twin
 from vit_lightning.model.config import ViTConfig
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, architecture_keys
@@ -90,32 +90,10 @@ def source_problem(text: str) -> str | None:
     return None
 
 
-_CACHE: dict[tuple, Source] = {}  # by the files' identity, never by the path's text: a retrained source is new
-
-
-def _stamp(path: Path) -> tuple | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 def read_source(text: str) -> Source:
-    """The source named by `text`; SourceError (one line) when it is missing, unfinished, foreign or inconsistent."""
-    if source_kind(text) == "timm":
-        spec = text[len(TIMM):]
-        file = spec.partition("@")[2]
-        key = ("timm", spec, _stamp(Path(file)) if file else None)
-    else:
-        ckpt = source_checkpoint(text)
-        key = (_stamp(ckpt), _stamp(ckpt.parent / RECORD))
-    if key not in _CACHE:
-        source = _timm_source(spec) if source_kind(text) == "timm" else _run_source(text)
-        if len(_CACHE) >= 4:  # fit reads one source twice (its options, then its weights); a sweep checks a few
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = source
-    return _CACHE[key]
+    """The source named by `text`, read from its files now; SourceError (one line) when it is missing, unfinished,
+    foreign or inconsistent. A fit reads it once (`resolve`), so a source trained again is never served stale."""
+    return _timm_source(text[len(TIMM):]) if source_kind(text) == "timm" else _run_source(text)
 
 
 def _run_source(text: str) -> Source:
@@ -189,6 +167,33 @@ def _timm_source(spec: str) -> Source:
     account = {"source": f"timm:{spec}", "file": file or None, "sha256": digest,
                "trial": None, "config": {"timm": name, **options}}
     return Source(options, ours.state_dict(), account, id=f"{TIMM}{name}" + (f"@sha256:{digest}" if file else ""))
+
+
+@dataclass
+class Start:
+    """A fit's `model.init_from`, resolved once: fit records and checks it, its module loads it (no second read)."""
+
+    source: Source
+    mode: str = "bicubic"  # model.pos_resample
+    new_head: bool = False  # model.new_head
+
+    def check_data(self, in_chans: int) -> None:
+        check_data(self.source, in_chans)
+
+    def account(self, patch_size: int | None, img_size) -> dict:
+        return account(self.source, patch_size, img_size, self.mode)
+
+    def changed_since(self, record: dict) -> str | None:
+        return changed_since(self.source, record)
+
+    def load_into(self, vit) -> None:
+        start_from(vit, self.source, self.mode, self.new_head)
+
+
+def resolve(config, defaults, argv: list[str]) -> Start | None:
+    """Fit's one resolution of `model.init_from` (its parsed config gets the source's architecture), or None."""
+    source = adopt(config, defaults, argv)
+    return Start(source, config["model.pos_resample"], config["model.new_head"]) if source else None
 
 
 def adopt(config, defaults, argv: list[str]) -> Source | None:
