@@ -34,7 +34,7 @@ from vit_lightning.data.datamodule import ViTDataModule
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, trial_name
-from vit_lightning.run import loggers, rundir, transfer
+from vit_lightning.run import hyperband, loggers, rundir, transfer
 from vit_lightning.run.callbacks import (
     ConfigToLoggers,
     DivergenceStop,
@@ -93,6 +93,10 @@ class FitCLI(LightningCLI):
         parser.add_argument("--run.shuffle_perms", type=int, default=PERMUTATIONS,
                             help="Permutations of each validation image's patches measured at the end of fit "
                                  "(val/acc_shuffled, val/shuffle_drop; 0: none).")
+        parser.add_argument(f"--{hyperband.OPTION}", type=str | None, default=None,
+                            help="A sweep's hyperband rule for this trial, as JSON {rule, metric, fixed} (the sweep "
+                                 "writes it from its early_terminate): the trial stops at an epoch's end when it "
+                                 "falls below its sweep's trials (the records in its folder with the fixed settings).")
         parser.add_argument("--run.ddp_timeout_s", type=float, default=DDP_TIMEOUT_S,
                             help="Seconds a DDP collective waits for a silent rank before the run fails.")
         # The demo's settings, typed as if given on the command line (its warmup_epochs 1 is the float 1.0).
@@ -152,8 +156,9 @@ class FitCLI(LightningCLI):
         self.run_record = RunRecord(directory, config, facts, divergence)
         self.run_record.init_from = (self.start.account(config["model.patch_size"], config["model.img_size"])
                                      if self.start else None)
-        # the local sweep backend's hyperband rule (hyperband.ENV), judged after the record has this epoch
-        self.run_record.early = HyperbandStop.from_env(directory, lambda: self.run_record.history)
+        # the sweep's hyperband rule (--run.early_terminate), judged after the record has this epoch
+        self.run_record.early = HyperbandStop.from_option(config[hyperband.OPTION], directory,
+                                                          lambda: self.run_record.history)
         tty = sys.stdout.isatty()
         trainer_config = self.config_init.get("trainer") or Namespace()
         given = trainer_config.get("callbacks") or []
@@ -259,6 +264,8 @@ def settings_error(config: dict) -> str | None:
     for key in ("trainer.max_epochs", "trainer.max_steps", "trainer.limit_train_batches"):
         if config.get(key) == 0 and not isinstance(config.get(key), bool):
             return f"{key}=0 trains nothing; give a positive number"
+    if error := hyperband.option_error(config.get(hyperband.OPTION)):
+        return error
     timeout = config.get("run.ddp_timeout_s")
     if timeout is not None and not timeout > 0:
         return f"run.ddp_timeout_s={timeout} must be a positive number of seconds"
