@@ -33,7 +33,7 @@ from vit_lightning.compat.lightning import set_collective_timeout
 from vit_lightning.data.datamodule import ViTDataModule
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
-from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, trial_name
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, trial_name
 from vit_lightning.run import hyperband, loggers, rundir, transfer
 from vit_lightning.run.callbacks import (
     ConfigToLoggers,
@@ -99,6 +99,8 @@ class FitCLI(LightningCLI):
                                  "falls below its sweep's trials (the records in its folder with the fixed settings).")
         parser.add_argument("--run.ddp_timeout_s", type=float, default=DDP_TIMEOUT_S,
                             help="Seconds a DDP collective waits for a silent rank before the run fails.")
+        for name, option in family_options().items():  # each family's own options, declared by the family
+            parser.add_argument(f"--model.{name}", type=option.type, default=option.default, help=option.help)
         # The demo's settings, typed as if given on the command line (its warmup_epochs 1 is the float 1.0).
         demo = parser.parse_object(Namespace(DEMO))
         parser.set_defaults({key: demo[key] for key in DEMO})

@@ -1,10 +1,10 @@
-"""ViTConfig: every option of every backbone family as plain values, checked once, here (with the family's checks)."""
+"""ViTConfig: a backbone's options as plain values (the shared ones and its family's own), checked once, here."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
-from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, unread_error
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, unread_error
 from vit_lightning.model.pooling import HEADS
 from vit_lightning.model.position import ENCODING_OPTIONS
 
@@ -15,11 +15,12 @@ def check_choice(option: str, value, choices) -> None:
 
 
 @dataclass
-class ViTConfig:
+class SharedOptions:
     """Plain options of a backbone; `width/depth/heads/mlp_dim` default to the variant's.
 
-    `arch` chooses the backbone family (family.FAMILIES: `vit`, `swin`, see model/swin.py). An option that
-    only other families read is refused in one line unless it keeps its default.
+    `arch` chooses the backbone family (family.FAMILIES, see model/swin.py). An option that only other families
+    read is refused in one line unless it keeps its default. A family's own options (family.Family.options, such
+    as the Swin's window) are declared and checked by the family; ViTConfig holds both.
 
     Every field is also a `vit-ablate fit` option, `--model.<field>`, with this docstring as its help.
 
@@ -51,8 +52,6 @@ class ViTConfig:
         dropout: dropout after the position encoding and in the blocks' MLP and attention output.
         attn_dropout: dropout on the attention probabilities.
         drop_path: stochastic depth: the largest rate, reached by the last block (rates rise linearly from 0).
-        window_size: swin: side M of the attention windows (a window larger than a stage's map shrinks to it).
-        shift: swin: shift every second block's windows by M // 2 (false: the Swin paper's "w/o shifting").
         init: initialisation, paper (vit_jax / big_vision: xavier_uniform dense kernels, lecun_normal patch
             embedding and pre_logits, zero classifier) or timm (trunc_normal(0.02), for parity with timm weights);
             default paper for vit, timm for swin (the Swin paper's own init; paper there is a fan-in-scaled deviation).
@@ -93,8 +92,6 @@ class ViTConfig:
     dropout: float = 0.0
     attn_dropout: float = 0.0
     drop_path: float = 0.0
-    window_size: int = 7
-    shift: bool = True
     init: str | None = None
     # since the paper (DeiT-III, registers, ViT-22B), off by default
     layer_scale: float | None = None
@@ -105,12 +102,26 @@ class ViTConfig:
     rope_coords: str = "patch"
 
     def __post_init__(self):
+        """Checked by ViTConfig, which holds the family's own options too."""
+
+
+class ViTConfig(SharedOptions):
+    """A backbone's options: the shared ones (SharedOptions' fields) and its family's own (`Family.options`)."""
+
+    def __init__(self, **options):
+        names = family_options()
+        self._given = {name: options.pop(name) for name in list(options) if name in names}  # family options
+        super().__init__(**options)
+
+    def __post_init__(self):
         check_choice("arch", self.arch, FAMILIES)
         family = FAMILIES[self.arch]
         for name, value in family.defaults.items():
             setattr(self, name, value if getattr(self, name) is None else getattr(self, name))
-        if error := unread_error(self):
+        if error := unread_error(self.arch, {**self.shared(), **self._given}):
             raise ValueError(error)
+        for name, option in family.options.items():  # its own options, checked by family.check
+            setattr(self, name, self._given.get(name, option.default))
         check_choice("variant", self.variant, family.variants)
         self._check_encoding(family)
         check_choice("head", self.head, HEADS)
@@ -149,6 +160,16 @@ class ViTConfig:
     def img_hw(self) -> tuple[int, int]:
         return self.img_size if isinstance(self.img_size, tuple) else (self.img_size, self.img_size)
 
+    def shared(self) -> dict:
+        """The shared options (SharedOptions' fields) by name."""
+        return {f.name: getattr(self, f.name) for f in fields(SharedOptions)}
+
     def to_dict(self) -> dict:
-        """Plain JSON-able values (tuples become lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        """Plain JSON-able values, the family's own options included (tuples become lists)."""
+        own = {name: getattr(self, name) for name in FAMILIES[self.arch].options}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in {**asdict(self), **own}.items()}
+
+
+def option_names() -> set[str]:
+    """Every backbone option a checkpoint's hyperparameters may hold: the shared ones and every family's own."""
+    return {f.name for f in fields(SharedOptions)} | set(family_options())

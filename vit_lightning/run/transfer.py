@@ -10,15 +10,15 @@ the paper's zero-initialised head when the classes change (or when asked).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from vit_lightning.bookkeeping import LAST_CKPT, one_line
 from vit_lightning.model.build import build_backbone, timm_twin
-from vit_lightning.model.config import ViTConfig
-from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, architecture_keys
+from vit_lightning.model.config import ViTConfig, option_names
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, RESIZE, architecture_keys
 from vit_lightning.model.position import resize_note
 from vit_lightning.run.rundir import RunDirError, checkpoint_record, data_options, read_checkpoint
 
@@ -106,12 +106,13 @@ def _run_source(text: str) -> Source:
         state = read_checkpoint(ckpt)
     except RunDirError as error:
         raise SourceError(f"model.init_from={text}: {error}") from None
-    names = {f.name for f in fields(ViTConfig)}
+    names = option_names()
     options = {k: v for k, v in state["hyper_parameters"].items() if k in names}
     arch = options.get("arch", DEFAULT_ARCH)
-    if arch not in FAMILIES or not FAMILIES[arch].transfers:  # e.g. windows and merged stages fixed to one grid
-        able = ", ".join(name for name, family in FAMILIES.items() if family.transfers)
-        raise SourceError(f"model.init_from={text}: a {arch} source cannot start a run; "
+    if arch not in FAMILIES or FAMILIES[arch].lacks(RESIZE, "a transfer"):  # e.g. windows fixed to one grid
+        able = ", ".join(name for name, family in FAMILIES.items() if not family.lacks(RESIZE, ""))
+        why = FAMILIES[arch].lacks(RESIZE, "a transfer") if arch in FAMILIES else f"arch={arch} is not a family"
+        raise SourceError(f"model.init_from={text}: a {arch} source cannot start a run ({why}); "
                           f"only {able} sources (runs, checkpoints, timm models) can")
     weights = {k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")}
     check_weights(text, options, weights)

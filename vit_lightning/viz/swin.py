@@ -42,7 +42,7 @@ def window_distance(probs: torch.Tensor, m: int, stride: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def compute(run, chunk: int = 8) -> SwinNumbers:
+def compute_numbers(run, chunk: int = 8) -> SwinNumbers:
     """The numbers behind every figure of a Swin run."""
     swin = run.vit
     blocks = [(i + 1, block) for i, stage in enumerate(swin.stages) for block in stage.blocks]
