@@ -60,7 +60,7 @@ class Option:
 
 
 class BackboneParts:
-    """The contract's methods (and pre-logits, attention maps) that read the same for every family (mix in first)."""
+    """The contract's methods (and pre-logits, for a head of layers.HEADS) that read the same for every family."""
 
     head: nn.Module
 
@@ -69,15 +69,19 @@ class BackboneParts:
         feats = self.forward_features(x)
         return self.head[:-1](feats) if isinstance(self.head, nn.Sequential) else feats  # big_vision's pre_logits
 
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+class BlockAttention:
+    """ATTENTION_MAPS for a family whose `blocks` each hold an `attn` (layers.Attention): mix in before nn.Module."""
+
     @torch.no_grad()
     def attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Attention probabilities of every block (each block's own shape: (B, heads, T, T) or per window)."""
         with keeping_attention(self.blocks):
             self(x)
             return [block.attn.probs for block in self.blocks]
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ class Family:
         """One line when this family does not offer `capability` (CAPABILITIES), which `needed_for` needs; else None."""
         if capability in self.offers:
             return None
-        return f"arch={self.name} does not offer {CAPABILITIES[capability]}, which {needed_for} needs"
+        return f"arch={self.name} does not offer {CAPABILITIES[capability]}, needed by {needed_for}"
 
     def require(self, capability: str, needed_for: str) -> None:
         """Unsupported (one line) when this family does not offer `capability`."""

@@ -15,7 +15,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from vit_lightning.model.config import ViTConfig, check_choice
-from vit_lightning.model.family import ATTENTION_MAPS, PRE_LOGITS, TOKEN_GRID, BackboneParts, Family, Option, register
+from vit_lightning.model.family import (
+    ATTENTION_MAPS,
+    PRE_LOGITS,
+    TOKEN_GRID,
+    BackboneParts,
+    BlockAttention,
+    Family,
+    Option,
+    register,
+)
 from vit_lightning.model.layers import (
     INITS,
     Attention,
@@ -228,7 +237,7 @@ def stage_grids(grid: tuple[int, int], stages: int) -> list[tuple[int, int]]:
     return grids
 
 
-class Swin(BackboneParts, nn.Module):
+class Swin(BackboneParts, BlockAttention, nn.Module):
     """A Swin Transformer assembled from named parts; options as ViTConfig with arch='swin'.
 
     Args:

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from vit_lightning.model.config import ViTConfig, check_choice
-from vit_lightning.model.family import CAPABILITIES, BackboneParts, Family, register
+from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
 from vit_lightning.model.position import ENCODING_OPTIONS, ENCODINGS, INJECTIONS, RELATIVE_SCALES, PositionEncoding
@@ -80,7 +80,7 @@ def check_rope(cfg: ViTConfig) -> None:
     check_head_dim(cfg.width // cfg.heads)
 
 
-class ViT(BackboneParts, nn.Module):
+class ViT(BackboneParts, BlockAttention, nn.Module):
     """A ViT assembled from named parts; see ViTConfig for the options.
 
     Args:
