@@ -62,7 +62,7 @@ from vit_lightning.run.transfer import (
 
 @torch.no_grad()
 def accuracy(vit: torch.nn.Module, loader, progress: bool = False) -> dict[str, float]:
-    """Top-1, top-5 (top-K when K < 5 classes) and mean cross-entropy of `vit` over a loader, in eval mode."""
+    """Top-1, top-5 (top-K when K < 5 classes) and mean cross-entropy of the backbone over a loader, in eval mode."""
     device = next(vit.parameters()).device
     was_training, (hits1, hits5, loss, n) = vit.training, (0, 0, 0.0, 0)
     vit.eval()

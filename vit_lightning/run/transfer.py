@@ -278,7 +278,7 @@ def account(source: Source, patch_size: int | None, img_size=None, mode: str = "
 
 @torch.no_grad()
 def start_from(vit, source: Source, mode: str = "bicubic", new_head: bool = False) -> None:
-    """Load the source's weights into `vit` (built for the new data): encodings resampled, a zero head if needed."""
+    """Load the source's weights into the backbone built for the new data: encodings resampled, a zero head if needed."""
     old = build_backbone(**source.options)
     old.load_state_dict(source.state)
     old.resize(vit.config.img_size, mode=mode, patch_size=vit.config.patch_size)  # a new patch size: PI-resized kernel

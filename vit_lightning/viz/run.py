@@ -15,7 +15,7 @@ from vit_lightning.analysis.trained import Trained, TrainedError, build_data, lo
 from vit_lightning.bookkeeping import one_line
 from vit_lightning.compat.wandb import env_mode
 from vit_lightning.model.family import ATTENTION_MAPS, TOKEN_GRID, Family, family_of
-from vit_lightning.model.position import Relative1d
+from vit_lightning.model.position import ENCODINGS, Relative1d
 from vit_lightning.model.stems import PatchStem
 from vit_lightning.viz import analysis, rope
 from vit_lightning.viz.figures import (
@@ -68,11 +68,12 @@ class Numbers:
     high_norm: np.ndarray | None = None  # (L,) fraction of patch tokens whose output norm is high (analysis.HIGH_NORM)
     entropy: np.ndarray | None = None  # (L,) mean entropy of the patch queries' attention, nats
     rope: str | None = None  # the RoPE encoding's name; None: not RoPE
-    rope_freqs: np.ndarray | None = None  # (L, 2, heads, hd/2) rope_mixed's learned frequencies; None: fixed
+    rope_freqs: np.ndarray | None = None  # (L, 2, heads, hd/2) learned RoPE frequencies; None: fixed
     rope_logits: np.ndarray | None = None  # (L, heads, 2H-1, 2W-1) mean attention logit by offset, first image chunk
     kernels: np.ndarray | None = None  # (PEGs, D, 3, 3) the depthwise kernels of an encoding that convolves the grid
-    bias_queries: str = ""  # which queries a query-dependent bias (a query-dependent encoding) is drawn for
+    bias_queries: str = ""  # which queries a query-dependent bias is drawn for
     notes: dict[str, str] = field(default_factory=dict)  # file stem -> why a figure does not apply (a capability)
+    pos_note: str = ""  # why there is no position similarity to draw (the encoding's figure_note)
 
 
 def load_run(path: Path, images: int) -> Run:
@@ -115,6 +116,11 @@ def compute(run: Run, chunk: int = 8):
         return importlib.import_module(family.viz).compute_numbers(run, chunk)
 
 
+def pos_note(encoding: str) -> str:
+    """The note standing for the position-similarity figure of an encoding without a table: its `figure_note`."""
+    return f"pos_encoding={encoding}: {ENCODINGS[encoding].figure_note}"
+
+
 def shared_numbers(run: Run, family: Family) -> Numbers:
     """A family without figures of its own: the patch-embedding filters where it has them; notes for the rest."""
     model = run.vit
@@ -125,7 +131,7 @@ def shared_numbers(run: Run, family: Family) -> Numbers:
         comps, ratios = analysis.filter_components(model.stem.proj.weight, COMPONENTS)
         components = comps.numpy(), ratios.numpy()
     numbers = Numbers(f"arch={family.name}, {model.config.pos_encoding}, {model.config.pooling}", grid, stride, None,
-                      None, components)
+                      None, components, pos_note=pos_note(model.config.pos_encoding))
     numbers.notes["attention"] = (family.lacks(ATTENTION_MAPS, "the attention distance and rollout figures") or
                                   f"arch={family.name} has no figures module to draw its attention maps with")
     if components is None:
@@ -145,7 +151,8 @@ def compute_numbers(run: Run, chunk: int = 8) -> Numbers:
     if isinstance(vit.stem, PatchStem):  # the hybrid stem's 1x1 "patches" are ResNet features, not pixels
         comps, ratios = analysis.filter_components(vit.stem.proj.weight, COMPONENTS)
         components = comps.numpy(), ratios.numpy()
-    numbers = Numbers(run.title, grid, stride, similarity, None if bias is None else bias.numpy(), components)
+    numbers = Numbers(run.title, grid, stride, similarity, None if bias is None else bias.numpy(), components,
+                      pos_note=pos_note(vit.config.pos_encoding))
     if rope.is_rope(vit):
         numbers.rope, numbers.rope_freqs = vit.config.pos_encoding, rope.learned_frequencies(vit)
     if (kernels := analysis.peg_kernels(vit)) is not None:
@@ -254,16 +261,10 @@ def draw(numbers: Numbers, out: Path) -> list[Path]:
         paths.append(panels_figure(out / "pos_bias.png", panels, f"Relative position bias by offset (query - key)"
                                    f"{queries}\n{numbers.title}", columns=heads, cmap="RdBu_r"))
         paths.append(write_csv(out / "pos_bias.csv", ["layer", "head", "d_row", "d_col", "bias"], _bias_rows(numbers)))
-    elif numbers.rope:
-        paths.append(write_note(out / "pos_similarity.txt", f"pos_encoding={numbers.rope}: RoPE turns queries and keys "
-                                "instead of adding a table, so there is no similarity to draw (see rope_offsets.png)"))
-    elif numbers.kernels is not None:
-        paths.append(write_note(out / "pos_similarity.txt", "pos_encoding=peg: positions come from a convolution of "
-                                "the patch tokens on their grid, not from a table: see peg_kernels.png"))
-        paths += _draw_kernels(numbers, out)
-    else:
-        paths.append(write_note(out / "pos_similarity.txt", "pos_encoding=none: the model has no position "
-                                "embedding, so there is no similarity to draw"))
+    else:  # no table and no bias: the encoding says why (and a convolving one has its kernels drawn)
+        paths.append(write_note(out / "pos_similarity.txt", numbers.pos_note))
+        if numbers.kernels is not None:
+            paths += _draw_kernels(numbers, out)
     if numbers.rope:
         paths += rope.draw(numbers.title, numbers.rope_logits, numbers.rope_freqs, numbers.grid,
                            offset_extent(numbers.grid), out)
