@@ -30,9 +30,10 @@ from vit_lightning.analysis.evaluate import StartAccuracy
 from vit_lightning.analysis.shuffle import PERMUTATIONS, ShuffledAccuracy
 from vit_lightning.bookkeeping import GRACE_ENV, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, SWEEP_PID_ENV, describe
 from vit_lightning.compat.lightning import set_collective_timeout
-from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.datamodule import SOURCES, ViTDataModule
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
+from vit_lightning.model.config import choices as model_choices
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, trial_name
 from vit_lightning.run import hyperband, loggers, rundir, transfer
 from vit_lightning.run.callbacks import (
@@ -44,10 +45,11 @@ from vit_lightning.run.callbacks import (
     stop_signal,
 )
 from vit_lightning.run.hyperband import HyperbandStop
-from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.module import OPTIMIZERS, SCHEDULES, ViTClassifier
 from vit_lightning.run.record import RunRecord, model_facts
 from vit_lightning.run.rundir import RunDir, resume_point, use_atomic_checkpoints
 from vit_lightning.run.slurm_tasks import task_error
+from vit_lightning.run.transfer import RESAMPLE
 
 # Every fit's trainer defaults; with no options `fit` trains the demo (defaults.DEMO). GPU users add
 # --trainer.precision=bf16-mixed (and --trainer.deterministic=true for bitwise repeats); CPU kernels
@@ -106,6 +108,7 @@ class FitCLI(LightningCLI):
         parser.set_defaults({key: demo[key] for key in DEMO})
         for key in LINKED:
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
+        list_choices(parser)
 
     @override
     def parse_arguments(self, parser, args) -> None:
@@ -125,34 +128,15 @@ class FitCLI(LightningCLI):
     @override
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """Trainer whose logs, checkpoint and record all live in the run dir (nothing is written until fit)."""
-        # normalised once (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2): the name, record and loggers agree
-        config = normalize(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
-        config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
-        # options whose default depends on model.arch (None on the command line): the record and name hold the value built
-        built = self.model.model.config
-        config.update({f"model.{key}": getattr(built, key) for key in FAMILIES[built.arch].defaults})
+        config = self.flat_config()
         if error := settings_error(config) or task_error(config):
             raise ValueError(error)
         if self.start:
             self.start.check_data(config["model.in_chans"])
         if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
-            world = world_size(config, torch.cuda.device_count())
-            # ad hoc: a source by its canonical id, so every spelling of its path names one run
-            own = {**config, "model.init_from": self.start.source.id} if self.start else config
-            if params := loggers.sweep_params():
-                config[TRIAL_KEY] = trial_name(transfer.named_by_source(params), world)
-            else:  # ad hoc: only values away from the parser's defaults are hashed, so new options rename nothing
-                defaults = flatten({k: v for k, v in self.parser.get_defaults().as_dict().items() if k != "config"})
-                defaults.update({f"model.{k}": FAMILIES[built.arch].defaults[k] for k in FAMILY_DEFAULT_SINCE})
-                config[TRIAL_KEY] = trial_name(own, world, defaults)
-                # the earlier rule (every value hashed), over the options that version had
-                earlier = {k: v for k, v in own.items() if k not in ADDED_SINCE_EARLIER}
-                if own["model.init"] == FAMILIES[built.arch].defaults["init"]:
-                    earlier["model.init"] = "paper"  # every family's recorded init then, whatever it used
-                self.earlier_name = trial_name(earlier, world)
+            config[TRIAL_KEY] = self.trial_name(config)
         self.run_dir = directory = run_dir(config)
         self.flat = config
-        shots = config["run.fewshot_shots"]
         facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
         divergence, self.stop = DivergenceStop(), StopSignal()
         self.run_record = RunRecord(directory, config, facts, divergence)
@@ -163,12 +147,52 @@ class FitCLI(LightningCLI):
                                                           lambda: self.run_record.history)
         tty = sys.stdout.isatty()
         trainer_config = self.config_init.get("trainer") or Namespace()
-        given = trainer_config.get("callbacks") or []
-        callbacks = [
-            *(given if isinstance(given, list) else [given]),
+        trainer = super().instantiate_trainer(
+            # default_root_dir: where Lightning's SLURM requeue checkpoint (hpc_ckpt_*.ckpt) goes and is resumed from
+            **kwargs, callbacks=self.callbacks(config, trainer_config.get("callbacks"), divergence, tty),
+            logger=[loggers.RunCSVLogger(directory)], enable_autolog_hparams=False, default_root_dir=str(directory),
+            enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
+        )
+        set_collective_timeout(trainer.strategy, config["run.ddp_timeout_s"])  # DDP (also chosen by "auto"), FSDP
+        use_atomic_checkpoints(trainer.strategy)
+        return trainer
+
+    def flat_config(self) -> dict:
+        """The run's flat options as its record and name hold them (the data's shape and the family's defaults in)."""
+        # normalised once (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2): the name, record and loggers agree
+        config = normalize(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
+        config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
+        # options whose default depends on model.arch (None on the command line): the record and name hold the value built
+        built = self.model.model.config
+        config.update({f"model.{key}": getattr(built, key) for key in FAMILIES[built.arch].defaults})
+        return config
+
+    def trial_name(self, config: dict) -> str:
+        """An ad hoc run's name, or a W&B agent's trial's from its sweep parameters; sets the earlier rule's name too."""
+        built = self.model.model.config
+        world = world_size(config, torch.cuda.device_count())
+        # ad hoc: a source by its canonical id, so every spelling of its path names one run
+        own = {**config, "model.init_from": self.start.source.id} if self.start else config
+        if params := loggers.sweep_params():
+            return trial_name(transfer.named_by_source(params), world)
+        # ad hoc: only values away from the parser's defaults are hashed, so new options rename nothing
+        defaults = flatten({k: v for k, v in self.parser.get_defaults().as_dict().items() if k != "config"})
+        defaults.update({f"model.{k}": FAMILIES[built.arch].defaults[k] for k in FAMILY_DEFAULT_SINCE})
+        # the earlier rule (every value hashed), over the options that version had
+        earlier = {k: v for k, v in own.items() if k not in ADDED_SINCE_EARLIER}
+        if own["model.init"] == FAMILIES[built.arch].defaults["init"]:
+            earlier["model.init"] = "paper"  # every family's recorded init then, whatever it used
+        self.earlier_name = trial_name(earlier, world)
+        return trial_name(own, world, defaults)
+
+    def callbacks(self, config: dict, given, divergence: DivergenceStop, tty: bool) -> list[pl.Callback]:
+        """fit's callbacks after those given, in the order they must run at an epoch's and the fit's end."""
+        shots = config["run.fewshot_shots"]
+        return [
+            *(given if isinstance(given, list) else [given] if given else []),
             # One checkpoint, overwritten every epoch: {run dir}/last.ckpt (resume point, final weights).
-            ModelCheckpoint(dirpath=directory, filename=Path(LAST_CKPT).stem, save_top_k=1, save_on_train_epoch_end=True,
-                            enable_version_counter=False),
+            ModelCheckpoint(dirpath=self.run_dir, filename=Path(LAST_CKPT).stem, save_top_k=1,
+                            save_on_train_epoch_end=True, enable_version_counter=False),
             *([StartAccuracy(self.start.source)] if self.start else []),  # before any fine-tuning step
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
             *([ShuffledAccuracy(perms)] if (perms := config["run.shuffle_perms"]) else []),
@@ -181,15 +205,6 @@ class FitCLI(LightningCLI):
             EpochSeed(config.get(SEED_KEY)),
             RichProgressBar() if tty else EpochPrinter(),
         ]
-        trainer = super().instantiate_trainer(
-            # default_root_dir: where Lightning's SLURM requeue checkpoint (hpc_ckpt_*.ckpt) goes and is resumed from
-            **kwargs, callbacks=callbacks, logger=[loggers.RunCSVLogger(directory)], enable_autolog_hparams=False,
-            default_root_dir=str(directory),
-            enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
-        )
-        set_collective_timeout(trainer.strategy, config["run.ddp_timeout_s"])  # DDP (also chosen by "auto"), FSDP
-        use_atomic_checkpoints(trainer.strategy)
-        return trainer
 
     def fit_run(self) -> int:
         """Train the run dir as its only writer (rank 0 holds its lock for the whole fit); the exit code."""
@@ -249,6 +264,21 @@ class FitCLI(LightningCLI):
         """Lightning itself will start this fit's other processes (not torchrun, SLURM, ...)."""
         environment = getattr(self.trainer.strategy, "cluster_environment", None)
         return self.trainer.world_size > 1 and environment is not None and not environment.creates_processes_externally
+
+
+def option_choices() -> dict[str, str]:
+    """fit's options with a fixed set of values -> the values, from the registries that define them."""
+    return {**{f"model.{name}": text for name, text in model_choices().items()},
+            "model.optimizer": ", ".join(OPTIMIZERS), "model.schedule": ", ".join(SCHEDULES),
+            "model.pos_resample": ", ".join(RESAMPLE), "data.name": ", ".join(SOURCES)}
+
+
+def list_choices(parser) -> None:
+    """Each choice option's `--help` ends with its valid values."""
+    choices = option_choices()
+    for action in parser._actions:
+        if action.dest in choices:
+            action.help = f"{(action.help or '').rstrip()} Choices: {choices[action.dest]}."
 
 
 def fit_parser():

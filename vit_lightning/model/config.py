@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, unread_error
-from vit_lightning.model.pooling import HEADS
-from vit_lightning.model.position import ENCODING_OPTIONS
+from vit_lightning.model.layers import INITS
+from vit_lightning.model.pooling import HEADS, POOLINGS
+from vit_lightning.model.position import ENCODING_OPTIONS, INJECTIONS, RELATIVE_SCALES
+from vit_lightning.model.rope import COORDS
+from vit_lightning.model.stems import STEMS
 
 
 def check_choice(option: str, value, choices) -> None:
@@ -37,18 +40,17 @@ class SharedOptions:
         depth: number of encoder blocks, overriding the variant's.
         heads: attention heads, overriding the variant's; must divide width.
         mlp_dim: hidden size of the blocks' MLP, overriding the variant's.
-        pos_encoding: position encoding, a name in position.ENCODINGS (default learned_1d); for swin none,
-            learned_1d, relative_bias_2d or learned_1d+relative_bias_2d (default relative_bias_2d).
+        pos_encoding: position encoding (default: the family's, learned_1d for vit, relative_bias_2d for swin).
         relative_scale: relative_1d only: its q.r logits divided by sqrt(head_dim) (sqrt_d, as the content
             logits) or unscaled (none); the paper leaves it open.
         pos_injection: where the encoding enters (stem, every_layer, every_layer_shared), as the encoding allows.
-        pooling: tokens to one vector (default cls; swin: gap only), a name in POOLINGS: cls ([class] token), gap (the paper's: final
+        pooling: tokens to one vector (default cls; swin: gap only): cls ([class] token), gap (the paper's: final
             LayerNorm on every token, then the mean), gap_fcnorm (timm's: mean, then LayerNorm),
             gap_fcnorm_cls (timm's avg pooling with a class token left out of the mean), map (attention).
         stem: patch, or hybrid (a BiT ResNet of stages `hybrid_layers`, root width `hybrid_width`).
         hybrid_layers: bottleneck blocks per ResNet stage of the hybrid stem.
         hybrid_width: root width of the hybrid stem's ResNet (a multiple of 32).
-        head: classifier on the pooled vector, a name in HEADS.
+        head: classifier on the pooled vector.
         dropout: dropout after the position encoding and in the blocks' MLP and attention output.
         attn_dropout: dropout on the attention probabilities.
         drop_path: stochastic depth: the largest rate, reached by the last block (rates rise linearly from 0).
@@ -168,6 +170,20 @@ class ViTConfig(SharedOptions):
         """Plain JSON-able values, the family's own options included (tuples become lists)."""
         own = {name: getattr(self, name) for name in FAMILIES[self.arch].options}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in {**asdict(self), **own}.items()}
+
+
+def choices() -> dict[str, str]:
+    """Each backbone option with a fixed set of values -> those values as `--help` lists them (per family where
+    they differ), from the registries."""
+    def per_family(values) -> str:
+        return "; ".join(f"{name}: {', '.join(values(family))}" for name, family in FAMILIES.items())
+
+    listed = {"arch": FAMILIES, "pooling": POOLINGS, "head": HEADS, "stem": STEMS, "init": INITS,
+              "pos_injection": INJECTIONS, "relative_scale": RELATIVE_SCALES, "rope_coords": COORDS}
+    out = {name: ", ".join(values) for name, values in listed.items()}
+    out["variant"] = per_family(lambda family: family.variants)
+    out["pos_encoding"] = per_family(lambda family: family.encodings)
+    return out
 
 
 def option_names() -> set[str]:
