@@ -1,67 +1,24 @@
-"""Every backbone family meets one contract; a third family enters by one registry entry, nothing else."""
+"""Every backbone family meets one contract; a third family (a convolutional one) enters by one registry entry."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import conv_family
 import pytest
 import torch
 from torch import nn
 
 import vit_lightning
-from vit_lightning.model import FAMILIES, HEADS, Backbone, ViTConfig, build_backbone
-from vit_lightning.model.config import check_choice
-from vit_lightning.model.family import BackboneParts, Family, register
-from vit_lightning.model.layers import Block
-
-
-class Toy(BackboneParts, nn.Module):
-    """A third family for the test: linear patch embedding, global-attention blocks, mean pooling."""
-
-    def __init__(self, variant: str = "micro", **options):
-        super().__init__()
-        self.config = cfg = ViTConfig(arch="toy", variant=variant, **options)
-        p = cfg.patch_size
-        self.embed = nn.Linear(cfg.in_chans * p * p, cfg.width)
-        self.blocks = nn.ModuleList(Block(cfg.width, 2, 2 * cfg.width) for _ in range(TOY_VARIANTS[variant][1]))
-        self.norm = nn.LayerNorm(cfg.width)
-        self.head = HEADS[cfg.head](cfg.width, cfg.num_classes)
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        p = self.config.patch_size
-        tokens = nn.functional.unfold(x, p, stride=p).transpose(1, 2)  # (B, N, C p p)
-        x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x, None)
-        return self.norm(x).mean(1)  # (B, D)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.forward_features(x))
-
-    def resize(self, img_size, *, mode: str = "bicubic", window_size: int | None = None) -> None:
-        self.config.img_size = img_size  # nothing depends on the grid
-
-    def no_weight_decay(self) -> set[str]:
-        return set()
-
-
-TOY_VARIANTS = {"micro": (16, 1)}
-
-
-def _check_toy(cfg: ViTConfig) -> None:
-    check_choice("pooling (arch=toy)", cfg.pooling, ("gap",))
-    cfg.width = cfg.width or TOY_VARIANTS[cfg.variant][0]
-    cfg.check_positive("img_size", "in_chans", "num_classes", "patch_size", "width")
+from vit_lightning.model import FAMILIES, Backbone, ViTConfig, build_backbone
+from vit_lightning.model.family import ATTENTION_MAPS, CAPABILITIES, PRE_LOGITS, RESIZE, TOKEN_GRID, Unsupported
 
 
 @pytest.fixture
-def toy():
-    """The toy family registered for one test, removed after it."""
-    register(Family(name="toy", cls=Toy, variants=TOY_VARIANTS, encodings=("none",),
-                    defaults={"pooling": "gap", "pos_encoding": "none", "patch_size": 4}, reads={},
-                    architecture=(), demo_patch=4, check=_check_toy))
-    yield FAMILIES["toy"]
-    del FAMILIES["toy"]
+def conv():
+    """The convolutional test family registered for one test, removed after it."""
+    yield conv_family.add()
+    conv_family.remove()
 
 
 def _build(arch: str, head: str = "linear") -> nn.Module:
@@ -72,7 +29,7 @@ def _build(arch: str, head: str = "linear") -> nn.Module:
 
 
 def _contract(arch: str) -> None:
-    """Shapes, no NaN, a gradient for every parameter, resize, pre_logits' width, the shared methods."""
+    """Shapes, no NaN, a gradient for every parameter, the shared methods, then each capability the family offers."""
     model = _build(arch)
     assert isinstance(model, Backbone) and model.config.arch == arch
     x = torch.randn(3, 1, 28, 28)
@@ -90,23 +47,35 @@ def _contract(arch: str) -> None:
     assert model.num_params() == sum(own.values())
     assert model.no_weight_decay() <= {n for n, _ in model.named_parameters()}
     model.eval()
-    maps = model.attention_maps(x)
-    assert maps and all(torch.allclose(m.sum(-1), torch.ones(())) for m in maps)
-    # resize: a new size runs at that size; back again, the same shapes; to the same size, the same function
-    shapes = {k: v.shape for k, v in model.state_dict().items()}
-    before = model(x)
-    model.resize(28)
-    assert torch.allclose(model(x), before, atol=1e-5)
-    model.resize(42)
-    assert model(torch.randn(2, 1, 42, 42)).shape == (2, 5)
-    model.resize(28)
-    assert {k: v.shape for k, v in model.state_dict().items()} == shapes and model.config.img_size == 28
-    # pre_logits: the head's hidden layer when it has one (what a few-shot probe reads), at the head's width
-    mlp = _build(arch, head="mlp_tanh").eval()
-    rep = mlp.pre_logits(x)
-    assert rep.shape == feats.shape and torch.allclose(mlp.head[-1](rep), mlp(x), atol=1e-6)
-    assert torch.allclose(rep, mlp.head[:-1](mlp.forward_features(x)))
-    assert torch.equal(model.pre_logits(x), model.forward_features(x))  # a linear head: the pooled features
+    family = FAMILIES[arch]
+    for capability in CAPABILITIES:  # what a family lacks is one line naming it and what needed it
+        line = family.lacks(capability, "this figure")
+        assert (line is None) == (capability in family.offers)
+        if line is not None:
+            assert line == f"arch={arch} does not offer {CAPABILITIES[capability]}, needed by this figure"
+            with pytest.raises(Unsupported, match=f"^{line}$"):
+                family.require(capability, "this figure")
+    if ATTENTION_MAPS in family.offers:
+        maps = model.attention_maps(x)
+        assert maps and all(torch.allclose(m.sum(-1), torch.ones(())) for m in maps)
+    if TOKEN_GRID in family.offers:  # the image cut into patch_size patches
+        p = model.config.patch_size
+        assert model.stem.grid_for((28, 28)) == (28 // p, 28 // p)
+    if RESIZE in family.offers:  # a new size runs at that size; back again, the same shapes; the same size, the same
+        shapes = {k: v.shape for k, v in model.state_dict().items()}
+        before = model(x)
+        model.resize(28)
+        assert torch.allclose(model(x), before, atol=1e-5)
+        model.resize(42)
+        assert model(torch.randn(2, 1, 42, 42)).shape == (2, 5)
+        model.resize(28)
+        assert {k: v.shape for k, v in model.state_dict().items()} == shapes and model.config.img_size == 28
+    if PRE_LOGITS in family.offers:  # the head's hidden layer when it has one (what a few-shot probe reads)
+        mlp = _build(arch, head="mlp_tanh").eval()
+        rep = mlp.pre_logits(x)
+        assert rep.shape == feats.shape and torch.allclose(mlp.head[-1](rep), mlp(x), atol=1e-6)
+        assert torch.allclose(rep, mlp.head[:-1](mlp.forward_features(x)))
+        assert torch.equal(model.pre_logits(x), model.forward_features(x))  # a linear head: the pooled features
 
 
 @pytest.mark.parametrize("arch", list(FAMILIES))
@@ -114,17 +83,36 @@ def test_every_family_meets_the_contract(arch):
     _contract(arch)
 
 
-def test_a_third_family_meets_the_contract_from_its_entry_alone(toy):
-    _contract("toy")
-    assert vit_lightning.model.family.family_of(_build("toy")) is toy
+def test_a_convolutional_family_meets_the_contract_from_its_entry_alone(conv):
+    _contract("conv")
+    model = _build("conv")
+    assert vit_lightning.model.family.family_of(model) is conv
+    assert not any(isinstance(m, nn.MultiheadAttention) or hasattr(m, "attn") for m in model.modules())
+    assert not hasattr(model, "attention_maps") and not hasattr(model, "resize")
 
 
-def test_an_option_another_family_reads_is_refused_by_one_rule(toy):
+def test_a_family_declares_and_checks_its_own_options(conv):
+    """Its options reach its config by their public names, its check refuses a bad value in one line, and
+    fit's parser offers them with their help; other families refuse them away from their default."""
+    from vit_lightning.train import fit_parser
+
+    assert build_backbone(arch="conv", kernel_size=5, img_size=28, in_chans=1, num_classes=3).blocks[0].depthwise \
+        .kernel_size == (5, 5)
+    with pytest.raises(ValueError, match="^kernel_size must be an odd number of pixels, got 4$"):
+        ViTConfig(arch="conv", kernel_size=4)
+    with pytest.raises(ValueError, match="^model.kernel_size=5 applies to arch=conv only, not arch=vit$"):
+        ViTConfig(kernel_size=5)
+    assert ViTConfig(kernel_size=3).to_dict().get("kernel_size") is None  # its default: not another family's option
+    defaults = fit_parser().get_defaults()
+    assert defaults["model.kernel_size"] == 3 and defaults["model.window_size"] == 7  # the Swin's, declared by it
+
+
+def test_an_option_another_family_reads_is_refused_by_one_rule(conv):
     """Each family's own options, away from their defaults, are refused for every other family, in one line."""
     for arch, family in FAMILIES.items():
         for other in FAMILIES.values():
-            for name, unused in other.reads.items():
-                if name in family.reads:
+            for name, unused in {**other.reads, **{k: o.default for k, o in other.options.items()}}.items():
+                if name in family.reads or name in family.options:
                     continue
                 changed = 3 if unused is None else (not unused if isinstance(unused, bool) else
                                                     "timm" if isinstance(unused, str) and name == "init" else
@@ -147,3 +135,64 @@ def test_no_package_file_outside_model_names_a_family():
         named += [f"{path.relative_to(root)}: {arch}" for arch, family in FAMILIES.items()
                   if arch != "vit" and arch in text.lower()]
     assert named == []
+
+
+CONV_FIT = ["--model.arch=conv", "--model.kernel_size=5", "--data.batch_size=16", "--trainer.max_epochs=1",
+            "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0",
+            "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu", "--run.wandb=off",
+            "--run.fewshot_shots=[1]", "--run.shuffle_perms=2"]
+
+
+@pytest.mark.slow  # trains
+def test_a_convolutional_family_is_fitted_evaluated_shuffled_drawn_and_swept(conv, tmp_path, capsys, monkeypatch):
+    """fit, eval, the shuffle metric, viz (what applies, a line for the rest), a transfer refused in one line,
+    and a sweep (a dry run, then its one trial in its own process) for a family with no attention."""
+    import json
+
+    import yaml
+
+    from vit_lightning import train
+    from vit_lightning.analysis import evaluate
+    from vit_lightning.sweep import cli as sweep_cli
+    from vit_lightning.viz import cli as viz_cli
+
+    monkeypatch.chdir(tmp_path)
+    assert train.main([*CONV_FIT, "--run.root=runs", "--run.trial=c"]) == 0
+    run = tmp_path / "runs/adhoc/local/c"
+    record = json.loads((run / "results.json").read_text())
+    assert record["status"] == "completed" and record["config"]["model.kernel_size"] == 5
+    assert record["config"]["model.arch"] == "conv" and record["config"]["model.pooling"] == "gap"
+    metrics = record["metrics"]
+    assert 0 <= metrics["val/acc_shuffled"] <= 1 and "val/shuffle_drop" in metrics  # the shuffle metric
+    assert 0 <= metrics["val/fewshot1"] <= 1  # the probe reads its pre-logits
+    # eval: as trained (it offers no resizing), at the accuracy fit measured on the same weights
+    assert evaluate.main([str(run), "--shots", "1", "--shuffle-perms", "2", "--out", str(tmp_path / "eval.json")]) == 0
+    evaluated = json.loads((tmp_path / "eval.json").read_text())["metrics"]
+    assert 0 <= evaluated["val/acc"] <= 1 and "val/acc_shuffled" in evaluated
+    # viz: the patch-embedding filters; the attention figures are a line saying the family has no attention maps
+    capsys.readouterr()
+    assert viz_cli.main([str(run), "--images", "2", "--out", str(tmp_path / "viz"), "--wandb", "off"]) == 0
+    drawn = {p.name for p in (tmp_path / "viz").iterdir()}
+    assert {"patch_pca.png", "patch_pca.csv", "attention.txt"} <= drawn and "rollout.png" not in drawn
+    assert (tmp_path / "viz/attention.txt").read_text().strip() == ("arch=conv does not offer attention maps, needed by "
+                                                                    "the attention distance and rollout figures")
+    # a transfer from it: refused in one line before anything is written
+    capsys.readouterr()
+    assert train.main([*CONV_FIT, "--run.root=ft", f"--model.init_from={run}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "arch=conv does not offer resizing to a new grid" in err[0], err
+    assert not (tmp_path / "ft").exists()
+    # a sweep: its trial runs in its own process, where the family registers itself (the program)
+    params = {a[2:].split("=", 1)[0]: {"value": yaml.safe_load(a.split("=", 1)[1])} for a in CONV_FIT}
+    params.update({"run.root": {"value": "runs"}, "run.ablation": {"value": "conv"}, "run.profile": {"value": "p"},
+                   "run.wandb": {"value": "off"},  # (YAML would read a bare off as false)
+                   "model.kernel_size": {"values": [3]}, "seed_everything": {"values": [0]}})
+    sweep = {"method": "grid", "metric": {"name": "val/acc_best", "goal": "maximize"}, "program": conv_family.__file__,
+             "command": ["${env}", "${interpreter}", "${program}", "fit", "${args}"], "parameters": params}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
+    assert sweep_cli.main(["s.yaml", "--dry-run"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "--model.arch=conv" in x]
+    assert conv_family.__file__ in line and "--model.kernel_size=3" in line
+    assert sweep_cli.main(["s.yaml", "--backend", "local"]) == 0
+    (swept,) = [json.loads(p.read_text()) for p in (tmp_path / "runs/conv/p").glob("*/results.json")]
+    assert swept["status"] == "completed" and swept["config"]["model.kernel_size"] == 3

@@ -84,11 +84,13 @@ def test_every_backbone_option_is_a_model_option_with_its_default():
 
     from vit_lightning.defaults import DEMO
     from vit_lightning.model import ViTConfig
+    from vit_lightning.model.family import family_options
     from vit_lightning.run.module import ViTClassifier
     from vit_lightning.sweep.validate import fit_parser
 
     defaults = fit_parser().get_defaults()
     fields = {f.name: f.default for f in dataclasses.fields(ViTConfig)}
+    fields.update({name: option.default for name, option in family_options().items()})  # each family's own
     for name, default in fields.items():
         key = f"model.{name}"
         if name in train.LINKED:  # set from the data, not an option

@@ -136,17 +136,49 @@ def test_the_sweep_is_the_records_with_its_fixed_settings(tmp_path):
     assert sweep_histories(tmp_path, {"model.pooling": "cls"}, "val/acc") == {"r1": [0.5, 0.6], "r3": [0.2]}
 
 
-def test_a_trial_gets_the_rule_only_from_the_local_backend():
-    from vit_lightning.sweep import trials
+def test_a_trials_command_carries_its_sweeps_rule_as_a_run_option_for_both_backends():
+    """The rule, its metric and the sweep's fixed settings in the trial's argv: what the W&B agent runs too."""
+    from tests.wandb_agent import agent_command
+    from vit_lightning.ablation import load
+    from vit_lightning.sweep import trials, yamls
+    from vit_lightning.train import fit_parser
 
-    config = {"method": "grid", "metric": MAX, "early_terminate": {"type": "hyperband", "min_iter": 1},
-              "command": ["${env}", "vit-ablate", "fit", "${args}"],
-              "parameters": {"model.lr": {"values": [0.1, 0.2]}, "model.pooling": {"values": ["gap"]},
-                             "run.root": {"value": "r"}, "seed_everything": {"value": 0}}}
-    trial = trials.build([config])[0]
-    (key, text), = trial.env
-    assert key == hyperband.ENV and "ENV" not in " ".join(trial.command)  # not in the command W&B's agent runs
-    assert json.loads(text)["fixed"] == {"model.pooling": "gap", "seed_everything": 0}
+    (_, config), *_ = yamls.sweep_configs(load("cls_vs_gap"), "demo_bayes")
+    flag = f"--{hyperband.OPTION}="
+    (carried,) = [c for c in config["command"] if c.startswith(flag)]  # the sweep YAML's own command
+    one = {k: spec.get("values", [spec.get("value")]) for k, spec in config["parameters"].items() if "distribution" not in spec}
+    fixed = {k: vs[0] for k, vs in one.items() if len(vs) == 1 and not k.startswith("run.")}  # single-valued settings
+    assert json.loads(carried[len(flag):]) == {"rule": config["early_terminate"], "metric": config["metric"],
+                                               "fixed": fixed}
+    params = {k: spec["value"] if "value" in spec else spec["values"][0] for k, spec in config["parameters"].items()
+              if "distribution" not in spec} | {"model.lr": 0.001}
+    trial = trials.make(config, params)
+    agent_argv, _ = agent_command(config, "abc", {**params, "run.trial": trial.id})
+    assert agent_argv[1:] == list(trial.command) and trial.command[-1] == carried  # wandb's own rendering
+    parsed = fit_parser().parse_args(list(trial.command[2:]))
+    assert hyperband.option_error(parsed[hyperband.OPTION]) is None
+    stop = hyperband.HyperbandStop.from_option(parsed[hyperband.OPTION], "runs/x", list)
+    assert stop.rule == parse(config["early_terminate"], config["metric"]) and stop.fixed == fixed
+    # a sweep without the rule leaves it out; a changed sweep (--set) replaces a rule already in the command
+    assert not any(c.startswith(flag) for c in trials.early_command({"parameters": {}}))
+    changed = {**config, "parameters": {**config["parameters"], "trainer.max_epochs": {"value": 1}}}
+    (again,) = [c for c in trials.early_command(changed) if c.startswith(flag)]
+    assert json.loads(again[len(flag):])["fixed"]["trainer.max_epochs"] == 1
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("{not json", "must be JSON"), ('{"rule": {"type": "median"}, "metric": {"name": "val/acc"}}', "early_terminate.type"),
+    ('{"rule": {"type": "hyperband", "min_iter": 1}, "metric": {"name": "val/acc"}, "extra": 1}', "must be JSON"),
+])
+def test_a_bad_rule_on_fits_command_line_is_one_line_before_anything_is_written(tmp_path, capsys, text, problem):
+    from tests.tiny import TINY_MODEL
+    from vit_lightning import train
+
+    argv = [*TINY_MODEL, f"--run.root={tmp_path}", "--run.wandb=off", f"--{hyperband.OPTION}={text}"]
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and problem in err[0] and hyperband.OPTION in err[0], err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow  # trains
@@ -188,3 +220,11 @@ def test_a_real_sweep_stops_the_trials_the_rule_says_and_its_table_lists_them(tm
     table = "\n".join(p.read_text() for p in (tmp_path / "out").glob("*.md"))
     line = next(x for x in table.splitlines() if poor["name"] in x)
     assert "stopped early (hyperband: val/acc_best" in line
+    # the rule is the trial's own option: in its record and its recorded command, which stops it again alone
+    command = json.loads((folder / ".sweep-state.json").read_text())["trials"][poor["trial"]]["command"]
+    assert poor["config"][hyperband.OPTION] == command[-1].split("=", 1)[1]
+    from vit_lightning import train
+
+    assert train.main([*command[2:], "--run.retrain=true"]) == 0
+    again = json.loads((folder / poor["name"] / "results.json").read_text())
+    assert again["status"] == "stopped_early" and len(again["history"]) == 1

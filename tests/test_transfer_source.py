@@ -103,6 +103,21 @@ def test_a_source_retrained_in_the_same_process_is_read_anew(source_run, tmp_pat
     assert after.id == before.id == "trial:src"  # the same run, trained again
 
 
+@pytest.mark.slow
+def test_a_fit_reads_its_source_once_and_its_module_loads_that_reading(source_run, tmp_path, monkeypatch):
+    """init_from is resolved once per fit: fit's checks, its record and the module's weights come from one reading."""
+    from vit_lightning.run import transfer
+
+    reads, loaded = [], []
+    real_read, real_load = transfer._run_source, transfer.start_from
+    monkeypatch.setattr(transfer, "_run_source", lambda text: reads.append(real_read(text)) or reads[-1])
+    monkeypatch.setattr(transfer, "start_from", lambda vit, source, *a: loaded.append(source) or real_load(vit, source, *a))
+    assert fit(tmp_path, f"--model.init_from={source_run}", "--trainer.limit_train_batches=1") == 0
+    assert len(reads) == 1 and len(loaded) == 1 and loaded[0] is reads[0]
+    (record,) = [json.loads(p.read_text()) for p in tmp_path.rglob("results.json")]
+    assert record["init_from"]["sha256"] == transfer.sha256(source_run / "last.ckpt")
+
+
 def _finished_source(path, **options):
     """A run directory holding a checkpoint of a ViT of `options` and a completed record (no training)."""
     from vit_lightning.run.module import ViTClassifier

@@ -43,8 +43,8 @@ from vit_lightning.data.datamodule import ViTDataModule
 from vit_lightning.data.resumable import ResumeLoader
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
-from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, trial_name
-from vit_lightning.run import loggers, rundir, transfer
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, trial_name
+from vit_lightning.run import hyperband, loggers, rundir, transfer
 from vit_lightning.run.callbacks import (
     ConfigToLoggers,
     DivergenceStop,
@@ -104,8 +104,14 @@ class FitCLI(LightningCLI):
         parser.add_argument("--run.shuffle_perms", type=int, default=PERMUTATIONS,
                             help="Permutations of each validation image's patches measured at the end of fit "
                                  "(val/acc_shuffled, val/shuffle_drop; 0: none).")
+        parser.add_argument(f"--{hyperband.OPTION}", type=str | None, default=None,
+                            help="A sweep's hyperband rule for this trial, as JSON {rule, metric, fixed} (the sweep "
+                                 "writes it from its early_terminate): the trial stops at an epoch's end when it "
+                                 "falls below its sweep's trials (the records in its folder with the fixed settings).")
         parser.add_argument("--run.ddp_timeout_s", type=float, default=DDP_TIMEOUT_S,
                             help="Seconds a DDP collective waits for a silent rank before the run fails.")
+        for name, option in family_options().items():  # each family's own options, declared by the family
+            parser.add_argument(f"--model.{name}", type=option.type, default=option.default, help=option.help)
         # The demo's settings, typed as if given on the command line (its warmup_epochs 1 is the float 1.0).
         demo = parser.parse_object(Namespace(DEMO))
         parser.set_defaults({key: demo[key] for key in DEMO})
@@ -118,7 +124,7 @@ class FitCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         self.config = parser.parse_args(args)  # no sys.argv cross-check: argv comes from the dispatcher
         # --model.init_from: the architecture comes from the source (a conflicting option is an error here)
-        self.source = transfer.adopt(self.config, parser.get_defaults(), list(args))
+        self.start = transfer.resolve(self.config, parser.get_defaults(), list(args))  # read once, here
         model = self.config.model
         if model.get("patch_size") is None:  # the demo's patch for this architecture (checked when the model is built)
             model.patch_size = FAMILIES[model.get("arch") or DEFAULT_ARCH].demo_patch
@@ -127,54 +133,77 @@ class FitCLI(LightningCLI):
     def instantiate_classes(self) -> None:
         if self.instantiate:
             super().instantiate_classes()
+            self.model.start = self.start  # the module loads the source fit resolved, not a second read
 
     @override
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """Trainer whose logs, checkpoint and record all live in the run dir (nothing is written until fit)."""
+        config = self.flat_config()
+        if error := settings_error(config) or task_error(config):
+            raise ValueError(error)
+        if self.start:
+            self.start.check_data(config["model.in_chans"])
+        if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
+            config[TRIAL_KEY] = self.trial_name(config)
+        self.run_dir = directory = run_dir(config)
+        self.flat = config
+        facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
+        divergence, self.stop = DivergenceStop(), StopSignal()
+        self.run_record = RunRecord(directory, config, facts, divergence)
+        self.run_record.init_from = (self.start.account(config["model.patch_size"], config["model.img_size"])
+                                     if self.start else None)
+        # the sweep's hyperband rule (--run.early_terminate), judged after the record has this epoch
+        self.run_record.early = HyperbandStop.from_option(config[hyperband.OPTION], directory,
+                                                          lambda: self.run_record.history)
+        tty = sys.stdout.isatty()
+        trainer_config = self.config_init.get("trainer") or Namespace()
+        trainer = super().instantiate_trainer(
+            # default_root_dir: where Lightning's SLURM requeue checkpoint (hpc_ckpt_*.ckpt) goes and is resumed from
+            **kwargs, callbacks=self.callbacks(config, trainer_config.get("callbacks"), divergence, tty),
+            logger=[loggers.RunCSVLogger(directory)], enable_autolog_hparams=False, default_root_dir=str(directory),
+            enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
+        )
+        set_collective_timeout(trainer.strategy, config["run.ddp_timeout_s"])  # DDP (also chosen by "auto"), FSDP
+        use_atomic_checkpoints(trainer.strategy)
+        return trainer
+
+    def flat_config(self) -> dict:
+        """The run's flat options as its record and name hold them (the data's shape and the family's defaults in)."""
         # normalised once (`--trainer.devices=2` parses as "2", YAML `devices: 2` as 2): the name, record and loggers agree
         config = normalize(flatten({k: v for k, v in self.config.as_dict().items() if k != "config"}))
         config.update({f"model.{key}": getattr(self.datamodule, key) for key in LINKED})
         # options whose default depends on model.arch (None on the command line): the record and name hold the value built
         built = self.model.model.config
         config.update({f"model.{key}": getattr(built, key) for key in FAMILIES[built.arch].defaults})
-        if error := settings_error(config) or task_error(config):
-            raise ValueError(error)
-        if self.source:
-            transfer.check_data(self.source, config["model.in_chans"])
-        if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
-            world = world_size(config, torch.cuda.device_count())
-            # ad hoc: a source by its canonical id, so every spelling of its path names one run
-            own = {**config, "model.init_from": self.source.id} if self.source else config
-            if params := loggers.sweep_params():
-                config[TRIAL_KEY] = trial_name(transfer.named_by_source(params), world)
-            else:  # ad hoc: only values away from the parser's defaults are hashed, so new options rename nothing
-                defaults = flatten({k: v for k, v in self.parser.get_defaults().as_dict().items() if k != "config"})
-                defaults.update({f"model.{k}": FAMILIES[built.arch].defaults[k] for k in FAMILY_DEFAULT_SINCE})
-                config[TRIAL_KEY] = trial_name(own, world, defaults)
-                # the earlier rule (every value hashed), over the options that version had
-                earlier = {k: v for k, v in own.items() if k not in ADDED_SINCE_EARLIER}
-                if own["model.init"] == FAMILIES[built.arch].defaults["init"]:
-                    earlier["model.init"] = "paper"  # every family's recorded init then, whatever it used
-                self.earlier_name = trial_name(earlier, world)
-        self.run_dir = directory = run_dir(config)
-        self.flat = config
+        return config
+
+    def trial_name(self, config: dict) -> str:
+        """An ad hoc run's name, or a W&B agent's trial's from its sweep parameters; sets the earlier rule's name too."""
+        built = self.model.model.config
+        world = world_size(config, torch.cuda.device_count())
+        # ad hoc: a source by its canonical id, so every spelling of its path names one run
+        own = {**config, "model.init_from": self.start.source.id} if self.start else config
+        if params := loggers.sweep_params():
+            return trial_name(transfer.named_by_source(params), world)
+        # ad hoc: only values away from the parser's defaults are hashed, so new options rename nothing
+        defaults = flatten({k: v for k, v in self.parser.get_defaults().as_dict().items() if k != "config"})
+        defaults.update({f"model.{k}": FAMILIES[built.arch].defaults[k] for k in FAMILY_DEFAULT_SINCE})
+        # the earlier rule (every value hashed), over the options that version had
+        earlier = {k: v for k, v in own.items() if k not in ADDED_SINCE_EARLIER}
+        if own["model.init"] == FAMILIES[built.arch].defaults["init"]:
+            earlier["model.init"] = "paper"  # every family's recorded init then, whatever it used
+        self.earlier_name = trial_name(earlier, world)
+        return trial_name(own, world, defaults)
+
+    def callbacks(self, config: dict, given, divergence: DivergenceStop, tty: bool) -> list[pl.Callback]:
+        """fit's callbacks after those given, in the order they must run at an epoch's and the fit's end."""
         shots = config["run.fewshot_shots"]
-        facts = model_facts(self.model.model, config["model.in_chans"], config["model.img_size"])
-        divergence, self.stop = DivergenceStop(), StopSignal()
-        self.run_record = RunRecord(directory, config, facts, divergence)
-        self.run_record.init_from = (transfer.account(self.source, config["model.patch_size"], config["model.img_size"],
-                                                  config["model.pos_resample"]) if self.source else None)
-        # the local sweep backend's hyperband rule (hyperband.ENV), judged after the record has this epoch
-        self.run_record.early = HyperbandStop.from_env(directory, lambda: self.run_record.history)
-        tty = sys.stdout.isatty()
-        trainer_config = self.config_init.get("trainer") or Namespace()
-        given = trainer_config.get("callbacks") or []
-        callbacks = [
-            *(given if isinstance(given, list) else [given]),
+        return [
+            *(given if isinstance(given, list) else [given] if given else []),
             # One checkpoint, overwritten every epoch: {run dir}/last.ckpt (resume point, final weights).
-            ModelCheckpoint(dirpath=directory, filename=Path(LAST_CKPT).stem, save_top_k=1, save_on_train_epoch_end=True,
-                            enable_version_counter=False),
-            *([StartAccuracy(self.source)] if self.source else []),  # before any fine-tuning step
+            ModelCheckpoint(dirpath=self.run_dir, filename=Path(LAST_CKPT).stem, save_top_k=1,
+                            save_on_train_epoch_end=True, enable_version_counter=False),
+            *([StartAccuracy(self.start.source)] if self.start else []),  # before any fine-tuning step
             *([fewshot.FewShotEval(shots, config["run.fewshot_every"])] if shots else []),  # before the record
             *([ShuffledAccuracy(perms)] if (perms := config["run.shuffle_perms"]) else []),
             divergence,
@@ -187,15 +216,6 @@ class FitCLI(LightningCLI):
             ResumeLoader(),  # a mid-epoch resume goes on where its epoch stopped (data/resumable.py)
             RichProgressBar() if tty else EpochPrinter(),
         ]
-        trainer = super().instantiate_trainer(
-            # default_root_dir: where Lightning's SLURM requeue checkpoint (hpc_ckpt_*.ckpt) goes and is resumed from
-            **kwargs, callbacks=callbacks, logger=[loggers.RunCSVLogger(directory)], enable_autolog_hparams=False,
-            default_root_dir=str(directory),
-            enable_progress_bar=tty and trainer_config.get("enable_progress_bar") is not False,
-        )
-        set_collective_timeout(trainer.strategy, config["run.ddp_timeout_s"])  # DDP (also chosen by "auto"), FSDP
-        use_atomic_checkpoints(trainer.strategy)
-        return trainer
 
     def fit_run(self) -> int:
         """Train the run dir as its only writer (rank 0 holds its lock for the whole fit); the exit code."""
@@ -218,7 +238,7 @@ class FitCLI(LightningCLI):
         """Skip a finished run, resume an unfinished one from its newest checkpoint, or start it."""
         if run.finished and not self.config["run.retrain"]:
             _say(f"vit-ablate fit: skipped, run already {run.previous['status']}; record: {run.path / RECORD}")
-            if changed := transfer.changed_since(self.source, run.previous):
+            if changed := self.start and self.start.changed_since(run.previous):
                 _warn(f"vit-ablate fit: {changed}; --run.retrain=true trains it again from the source as it is now")
             if rank_zero_only.rank == 0:  # under a W&B agent its run gets the finished record
                 loggers.report_finished(run.path, self.flat, run.previous)
@@ -272,6 +292,8 @@ def settings_error(config: dict) -> str | None:
     for key in ("trainer.max_epochs", "trainer.max_steps", "trainer.limit_train_batches"):
         if config.get(key) == 0 and not isinstance(config.get(key), bool):
             return f"{key}=0 trains nothing; give a positive number"
+    if error := hyperband.option_error(config.get(hyperband.OPTION)):
+        return error
     timeout = config.get("run.ddp_timeout_s")
     if timeout is not None and not number_in(timeout, 0, 1e7, low_open=True):
         return f"run.ddp_timeout_s={timeout} must be a positive number of seconds, finite, at most 1e7"

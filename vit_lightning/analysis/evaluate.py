@@ -40,7 +40,7 @@ from vit_lightning.analysis.trained import TrainedError, build_data, load_traine
 from vit_lightning.bookkeeping import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC, now, number_in, write_atomic
 from vit_lightning.identity import plain
 from vit_lightning.model.build import build_backbone
-from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, RESIZE, TOKEN_GRID, family_of
 from vit_lightning.run.record import RunRecord
 from vit_lightning.run.rundir import (
     Busy,
@@ -66,7 +66,7 @@ from vit_lightning.run.transfer import (
 
 @torch.no_grad()
 def accuracy(vit: torch.nn.Module, loader, progress: bool = False) -> dict[str, float]:
-    """Top-1, top-5 (top-K when K < 5 classes) and mean cross-entropy of `vit` over a loader, in eval mode."""
+    """Top-1, top-5 (top-K when K < 5 classes) and mean cross-entropy of the backbone over a loader, in eval mode."""
     device = next(vit.parameters()).device
     was_training, (hits1, hits5, loss, n) = vit.training, (0, 0, 0.0, 0)
     vit.eval()
@@ -237,7 +237,8 @@ def run(args, changes: dict) -> tuple[dict, Path]:
 
 def _shuffled(vit, datamodule, count: int) -> dict[str, float]:
     """val/acc_shuffled and val/shuffle_drop; none (and a note) when the images are not whole patches."""
-    if error := block_error((datamodule.img_size, datamodule.img_size), vit.config.patch_size):
+    size = (datamodule.img_size, datamodule.img_size)
+    if error := family_of(vit).lacks(TOKEN_GRID, "the shuffled-patch accuracy") or block_error(size, vit.config.patch_size):
         print(f"vit-ablate eval: no shuffled-patch accuracy: {error}", file=sys.stderr, flush=True)
         return {}
     return shuffled_accuracy(vit, datamodule.val_dataloader(), vit.config.patch_size, count)
@@ -246,7 +247,7 @@ def _shuffled(vit, datamodule, count: int) -> dict[str, float]:
 def _transfers(path: Path) -> bool:
     """Whether the run's family resamples to new data (else it is evaluated as trained)."""
     arch = read_checkpoint(path)["hyper_parameters"].get("arch", DEFAULT_ARCH)
-    return arch in FAMILIES and FAMILIES[arch].transfers
+    return arch in FAMILIES and FAMILIES[arch].lacks(RESIZE, "") is None
 
 
 def _resampled(args, changes: dict):

@@ -27,6 +27,7 @@ from typing_extensions import override
 
 from vit_lightning.analysis.fewshot import frozen, preserved_rng
 from vit_lightning.bookkeeping import SHUFFLE_DROP, SHUFFLED_ACC
+from vit_lightning.model.family import TOKEN_GRID, family_of
 from vit_lightning.run.record import RunRecord
 
 PERMUTATIONS = 3  # shuffles per image; each costs one more forward pass over the validation batches
@@ -107,6 +108,9 @@ class ShuffledAccuracy(pl.Callback):
 
     def _measure(self, trainer: pl.Trainer, model: torch.nn.Module) -> None:
         start = time.perf_counter()
+        if line := family_of(model).lacks(TOKEN_GRID, "the shuffled-patch accuracy"):
+            rank_zero_warn(f"shuffled-patch accuracy skipped: {line}")
+            return
         try:
             metrics = shuffled_accuracy(model, validation_batches(trainer), model.config.patch_size, self.count)
         except ValueError as error:

@@ -14,7 +14,15 @@ from pathlib import Path
 import torch
 
 from vit_lightning.bench import loader, machine
-from vit_lightning.bench.models import PAIRED, candidates, ours, paired_family, subjects, train_flops_per_image
+from vit_lightning.bench.models import (
+    DEFAULT_ENCODING,
+    PAIRED,
+    candidates,
+    ours,
+    paired_family,
+    subjects,
+    train_flops_per_image,
+)
 from vit_lightning.bench.report import render_text, targets
 from vit_lightning.bench.timing import (
     PRECISIONS,
@@ -224,7 +232,7 @@ def check(args) -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device}: no CUDA device is visible; use --device cpu")
     with torch.device("meta"):  # builds nothing in memory, but checks the sizes fit together
-        for encoding in ENCODINGS if args.encodings else ["learned_1d"]:  # each encoding's own checks too
+        for encoding in ENCODINGS if args.encodings else [DEFAULT_ENCODING]:  # each encoding's own checks too
             ViT(args.variant, img_size=args.img_size, patch_size=args.patch_size, pos_encoding=encoding)
 
 

@@ -16,8 +16,10 @@ import torch.nn.functional as F
 from scipy.stats import ttest_ind
 from timm.models.vision_transformer import VisionTransformer
 
+from vit_lightning.bench.models import DEFAULT_ENCODING
 from vit_lightning.data.datamodule import ViTDataModule
-from vit_lightning.model import ViT
+from vit_lightning.model import ENCODINGS, ViT
+from vit_lightning.model.position import NO_POSITION
 
 SIZE = dict(img_size=28, in_chans=1, num_classes=10, patch_size=4)
 
@@ -30,10 +32,10 @@ def timms(pooling: str, pos: str) -> torch.nn.Module:
     """timm's default init; `gap` as ours (LayerNorm on every token, then the mean: fc_norm off)."""
     return VisionTransformer(embed_dim=64, depth=4, num_heads=4, mlp_ratio=4.0, class_token=pooling == "cls",
                              global_pool="token" if pooling == "cls" else "avg", fc_norm=False,
-                             pos_embed="learn" if pos == "learned_1d" else "none", **SIZE)
+                             pos_embed=ENCODINGS[pos].timm_pos_embed, **SIZE)
 
 
-PAIRINGS = (("cls", "learned_1d"), ("cls", "none"), ("gap", "learned_1d"), ("gap", "none"))
+PAIRINGS = tuple((pooling, pos) for pooling in ("cls", "gap") for pos in (DEFAULT_ENCODING, NO_POSITION))
 
 
 def train(model: torch.nn.Module, data: ViTDataModule, epochs: int, lr: float, batches: int | None = None) -> float:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from vit_lightning.bench.models import ABSOLUTE, paired_family
+from vit_lightning.bench.models import ABSOLUTE, REFERENCE, paired_family
 from vit_lightning.model import ENCODINGS
+from vit_lightning.model.position import NO_POSITION
 
 RATIOS = ("vs_timm", "vs_none", "vs_fp32", "vs_eager")
 
@@ -46,7 +47,7 @@ def encoding_table(report: dict) -> tuple[list[str], list[list[str]]]:
     order = list(ENCODINGS)  # the model's order, none first
     for encoding in sorted(dict.fromkeys(r["pos_encoding"] for r in rows), key=order.index):
         ratio = {r["mode"]: r["vs_none"] for r in rows if r["pos_encoding"] == encoding}
-        table.append([encoding, *(_ratio(1 / ratio[m] if ratio.get(m) else None) if encoding != "none" else "1.00"
+        table.append([encoding, *(_ratio(1 / ratio[m] if ratio.get(m) else None) if encoding != NO_POSITION else "1.00"
                                   for m in modes)])
     return ["pos_encoding", *(f"step / none [{m}]" for m in modes)], table
 
@@ -100,7 +101,7 @@ def render_text(report: dict) -> str:
         parts += ["", "position encodings (training-step time over none's, same run and mode):",
                   _aligned(*encoding_table(report))]
     if report["data"]:
-        parts += ["", "data path (one worker = one process with one thread; step = ours learned_1d/cls, eager):",
+        parts += ["", f"data path (one worker = one process with one thread; step = {REFERENCE}, eager):",
                   _aligned(*data_table(report))]
     parts += ["", "targets:"] + [f"  [{'met' if t['met'] else 'MISSED'}] {t['target']} {t['op']} {t['threshold']:g}: "
                                  f"{t['value']:.2f}{'  (' + t['note'] + ')' if t['note'] else ''}" for t in report["targets"]]
@@ -140,14 +141,14 @@ def targets(report: dict) -> list[dict]:
         if r["mode"] == "fp32" and (r["pooling"] == "cls" and r["pos_encoding"] in ABSOLUTE or paired_family(r["name"])):
             add(f"fp32 throughput {r['name']} / timm", r["vs_timm"], ">=", 1.0)
         if r["mode"] == "fp32" and r["pos_encoding"] not in ABSOLUTE and r["vs_none"]:
-            rotary = "rope" in r["pos_encoding"]  # RoPE rotates q and k in every block: eager, up to 2x (timm: 1.79x)
+            rotary = ENCODINGS[r["pos_encoding"]].rotary  # RoPE rotates q and k in every block: eager, up to 2x (timm: 1.79x)
             add(f"fp32 step time {r['name']} / none", 1 / r["vs_none"], "<=", 2.0 if rotary else 1.3)
         if r["compiled"] and r["vs_none"] and r in encoding_rows(report):  # compiled, every encoding near none
             add(f"{r['mode']} step time {r['name']} / none", 1 / r["vs_none"], "<=", 1.3)
-        if r["name"] != "ours learned_1d/cls" or r["precision"] != "bf16":
+        if r["name"] != REFERENCE or r["precision"] != "bf16":
             continue
         if not cuda and not r["compiled"]:
-            add("bf16 / fp32 throughput, ours learned_1d/cls", r["vs_fp32"], ">=", 1.3,
+            add(f"bf16 / fp32 throughput, {REFERENCE}", r["vs_fp32"], ">=", 1.3,
                 f"bf16 matmul {report['machine']['bf16_matmul']}")
         if cuda:
             add(f"{size} bf16 [{r['mode']}] step, fraction of the bf16 matmul peak", r["peak_fraction"], ">=", 0.4)

@@ -1,11 +1,11 @@
-"""ViTConfig: every option of every backbone family as plain values, checked once, here (with the family's checks)."""
+"""ViTConfig: a backbone's options as plain values (the shared ones and its family's own), checked once, here."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from vit_lightning.bookkeeping import number_in, span
-from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, unread_error
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, unread_error
 from vit_lightning.model.pooling import HEADS
 from vit_lightning.model.position import ENCODING_OPTIONS
 
@@ -19,11 +19,12 @@ def check_choice(option: str, value, choices) -> None:
 
 
 @dataclass
-class ViTConfig:
+class SharedOptions:
     """Plain options of a backbone; `width/depth/heads/mlp_dim` default to the variant's.
 
-    `arch` chooses the backbone family (family.FAMILIES: `vit`, `swin`, see model/swin.py). An option that
-    only other families read is refused in one line unless it keeps its default.
+    `arch` chooses the backbone family (family.FAMILIES, see model/swin.py). An option that only other families
+    read is refused in one line unless it keeps its default. A family's own options (family.Family.options, such
+    as the Swin's window) are declared and checked by the family; ViTConfig holds both.
 
     Every field is also a `vit-ablate fit` option, `--model.<field>`, with this docstring as its help.
 
@@ -40,23 +41,20 @@ class ViTConfig:
         depth: number of encoder blocks, overriding the variant's.
         heads: attention heads, overriding the variant's; must divide width.
         mlp_dim: hidden size of the blocks' MLP, overriding the variant's.
-        pos_encoding: position encoding, a name in position.ENCODINGS (default learned_1d); for swin none,
-            learned_1d, relative_bias_2d or learned_1d+relative_bias_2d (default relative_bias_2d).
+        pos_encoding: position encoding (default: the family's, learned_1d for vit, relative_bias_2d for swin).
         relative_scale: relative_1d only: its q.r logits divided by sqrt(head_dim) (sqrt_d, as the content
             logits) or unscaled (none); the paper leaves it open.
         pos_injection: where the encoding enters (stem, every_layer, every_layer_shared), as the encoding allows.
-        pooling: tokens to one vector (default cls; swin: gap only), a name in POOLINGS: cls ([class] token), gap (the paper's: final
+        pooling: tokens to one vector (default cls; swin: gap only): cls ([class] token), gap (the paper's: final
             LayerNorm on every token, then the mean), gap_fcnorm (timm's: mean, then LayerNorm),
             gap_fcnorm_cls (timm's avg pooling with a class token left out of the mean), map (attention).
         stem: patch, or hybrid (a BiT ResNet of stages `hybrid_layers`, root width `hybrid_width`).
         hybrid_layers: bottleneck blocks per ResNet stage of the hybrid stem.
         hybrid_width: root width of the hybrid stem's ResNet (a multiple of 32).
-        head: classifier on the pooled vector, a name in HEADS.
+        head: classifier on the pooled vector.
         dropout: dropout after the position encoding and in the blocks' MLP and attention output.
         attn_dropout: dropout on the attention probabilities.
         drop_path: stochastic depth: the largest rate, reached by the last block (rates rise linearly from 0).
-        window_size: swin: side M of the attention windows (a window larger than a stage's map shrinks to it).
-        shift: swin: shift every second block's windows by M // 2 (false: the Swin paper's "w/o shifting").
         init: initialisation, paper (vit_jax / big_vision: xavier_uniform dense kernels, lecun_normal patch
             embedding and pre_logits, zero classifier) or timm (trunc_normal(0.02), for parity with timm weights);
             default paper for vit, timm for swin (the Swin paper's own init; paper there is a fan-in-scaled deviation).
@@ -97,8 +95,6 @@ class ViTConfig:
     dropout: float = 0.0
     attn_dropout: float = 0.0
     drop_path: float = 0.0
-    window_size: int = 7
-    shift: bool = True
     init: str | None = None
     # since the paper (DeiT-III, registers, ViT-22B), off by default
     layer_scale: float | None = None
@@ -109,12 +105,26 @@ class ViTConfig:
     rope_coords: str = "patch"
 
     def __post_init__(self):
+        """Checked by ViTConfig, which holds the family's own options too."""
+
+
+class ViTConfig(SharedOptions):
+    """A backbone's options: the shared ones (SharedOptions' fields) and its family's own (`Family.options`)."""
+
+    def __init__(self, **options):
+        names = family_options()
+        self._given = {name: options.pop(name) for name in list(options) if name in names}  # family options
+        super().__init__(**options)
+
+    def __post_init__(self):
         check_choice("arch", self.arch, FAMILIES)
         family = FAMILIES[self.arch]
         for name, value in family.defaults.items():
             setattr(self, name, value if getattr(self, name) is None else getattr(self, name))
-        if error := unread_error(self):
+        if error := unread_error(self.arch, {**self.shared(), **self._given}):
             raise ValueError(error)
+        for name, option in family.options.items():  # its own options, checked by family.check
+            setattr(self, name, self._given.get(name, option.default))
         check_choice("variant", self.variant, family.variants)
         self._check_encoding(family)
         check_choice("head", self.head, HEADS)
@@ -155,6 +165,16 @@ class ViTConfig:
     def img_hw(self) -> tuple[int, int]:
         return self.img_size if isinstance(self.img_size, tuple) else (self.img_size, self.img_size)
 
+    def shared(self) -> dict:
+        """The shared options (SharedOptions' fields) by name."""
+        return {f.name: getattr(self, f.name) for f in fields(SharedOptions)}
+
     def to_dict(self) -> dict:
-        """Plain JSON-able values (tuples become lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        """Plain JSON-able values, the family's own options included (tuples become lists)."""
+        own = {name: getattr(self, name) for name in FAMILIES[self.arch].options}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in {**asdict(self), **own}.items()}
+
+
+def option_names() -> set[str]:
+    """Every backbone option a checkpoint's hyperparameters may hold: the shared ones and every family's own."""
+    return {f.name for f in fields(SharedOptions)} | set(family_options())

@@ -1,17 +1,19 @@
 """Backbone families (ViT, Swin, ...): one registry entry each, and the contract every family's model meets.
 
 An entry holds everything the rest of the package asks about a family: its class, its size presets, the
-position encodings it accepts, what an unset (None) option means for it, the options only it reads, its demo
+position encodings it accepts, what an unset (None) option means for it, its own options (declared here, checked
+by it), the shared options only it reads, the capabilities it offers beyond the contract (`offers`), its demo
 patch, its checks, its figures module and its timm importer. Code outside `model/` looks a family up here
 and never names one. The flat `--model.*` options stay one namespace: an option read by other families only,
-set away from its default, is refused by one rule (`unread_error`).
+set away from its default, is refused by one rule (`unread_error`); a figure, metric or command needing a
+capability the family does not offer is refused in one line (`Family.lacks`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -21,26 +23,44 @@ from vit_lightning.model.layers import keeping_attention
 
 DEFAULT_ARCH = "vit"  # model.arch when none is given (the family whose runs were named first)
 
+# What a family may offer beyond the contract, each a method of its model; the family declares which (`offers`).
+ATTENTION_MAPS = "attention_maps"  # attention_maps(x) -> per block (B, heads, T, T) (or per window) probabilities
+TOKEN_GRID = "token_grid"  # its stem cuts images into config.patch_size patches on a grid: stem.grid_for(hw)
+PRE_LOGITS = "pre_logits"  # pre_logits(x) -> (B, D') the head's hidden layer when it has one, what a probe reads
+RESIZE = "resize"  # resize(img_size, *, mode, patch_size=None): its weights run at a new grid (transfer starts there)
+CAPABILITIES = {ATTENTION_MAPS: "attention maps", TOKEN_GRID: "a token grid of patches", PRE_LOGITS: "pre-logits",
+                RESIZE: "resizing to a new grid"}
+
 
 @runtime_checkable
 class Backbone(Protocol):
-    """What every family's model offers (besides `config`, a ViTConfig, and `forward`: images -> logits)."""
+    """What every family's model offers (besides `config`, a ViTConfig, and `forward`: images -> logits).
+
+    The rest (CAPABILITIES) a family declares in its entry's `offers`, and its model then has that method.
+    """
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor: ...  # (B, C, H, W) -> (B, D) pooled
-
-    def pre_logits(self, x: torch.Tensor) -> torch.Tensor: ...  # (B, C, H, W) -> (B, D') what a probe reads
-
-    def resize(self, img_size, *, mode: str = "bicubic", window_size: int | None = None) -> None: ...
-
-    def attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]: ...
 
     def no_weight_decay(self) -> set[str]: ...
 
     def num_params(self) -> int: ...
 
 
+class Unsupported(ValueError):
+    """A figure, metric or command needs a capability the run's family does not offer; one line."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One of a family's own options (`--model.<name>`): the value that means "not used", its type and its help."""
+
+    default: Any
+    type: Any
+    help: str
+
+
 class BackboneParts:
-    """The contract's methods that read the same for every family (mix in before nn.Module)."""
+    """The contract's methods (and pre-logits, for a head of layers.HEADS) that read the same for every family."""
 
     head: nn.Module
 
@@ -49,15 +69,19 @@ class BackboneParts:
         feats = self.forward_features(x)
         return self.head[:-1](feats) if isinstance(self.head, nn.Sequential) else feats  # big_vision's pre_logits
 
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+class BlockAttention:
+    """ATTENTION_MAPS for a family whose `blocks` each hold an `attn` (layers.Attention): mix in before nn.Module."""
+
     @torch.no_grad()
     def attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Attention probabilities of every block (each block's own shape: (B, heads, T, T) or per window)."""
         with keeping_attention(self.blocks):
             self(x)
             return [block.attn.probs for block in self.blocks]
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
 
 @dataclass(frozen=True)
@@ -69,17 +93,30 @@ class Family:
     variants: Mapping  # size presets by model.variant
     encodings: tuple[str, ...]  # the model.pos_encoding values it accepts
     defaults: dict  # what an unset (None) option means for it: pooling, pos_encoding, patch_size
-    reads: dict  # the options only this family reads, with the value that means "not used" (ViTConfig's default)
+    reads: dict  # ViTConfig's options only this family reads, with the value that means "not used" (their default)
     architecture: tuple[str, ...]  # its options that fix the weights' shapes (a transfer source's are adopted)
     demo_patch: int  # fit's patch side when none is given
     check: Callable  # check(cfg): the family's own checks of a ViTConfig (fills variant sizes); raises ValueError
-    viz: str | None = None  # module of its analysis figures (compute, draw); None: the ViT's
+    viz: str | None = None  # module of its analysis figures (compute_numbers, draw); None: the shared figures only
     timm_loader: Callable | None = None  # load(model, timm_model): timm weights into ours
     timm_options: Callable | None = None  # options(timm_model): the ViTConfig options of our twin, or None
     timm_reference: Callable | None = None  # reference(variant, img_size, num_classes): timm's model of that size
-    transfers: bool = False  # its weights can start a run at another resolution (model.init_from)
+    offers: frozenset = frozenset()  # its CAPABILITIES beyond the contract
+    options: dict = field(default_factory=dict)  # its own options, name -> Option, checked by `check`
     name_neutral: dict = field(default_factory=dict)  # own options left out of a trial's name at these values
     name_parts: dict = field(default_factory=dict)  # option -> {value: name part} (Swin's "noshift")
+
+
+    def lacks(self, capability: str, needed_for: str) -> str | None:
+        """One line when this family does not offer `capability` (CAPABILITIES), which `needed_for` needs; else None."""
+        if capability in self.offers:
+            return None
+        return f"arch={self.name} does not offer {CAPABILITIES[capability]}, needed by {needed_for}"
+
+    def require(self, capability: str, needed_for: str) -> None:
+        """Unsupported (one line) when this family does not offer `capability`."""
+        if line := self.lacks(capability, needed_for):
+            raise Unsupported(line)
 
 
 FAMILIES: dict[str, Family] = {}
@@ -96,15 +133,26 @@ def family_of(model: nn.Module) -> Family:
     return FAMILIES[model.config.arch]
 
 
-def unread_error(cfg) -> str | None:
-    """The first option that only other families read and that differs from its default, in one line, or None."""
-    own = FAMILIES[cfg.arch].reads
+def unread_error(arch: str, values: dict) -> str | None:
+    """The first option (of `values`) that only other families read and that differs from its default, in one line,
+    or None. A family's own options and the shared options it reads (`reads`) are its own."""
+    family = FAMILIES[arch]
+    own = {**family.reads, **family.options}
     for other in FAMILIES.values():
-        for name, unused in other.reads.items():
-            value = getattr(cfg, name)
+        for name, unused in {**other.reads, **{k: o.default for k, o in other.options.items()}}.items():
+            value = values.get(name, unused)
             if name not in own and (tuple(value) if isinstance(value, list) else value) != unused:
-                return f"model.{name}={value!r} applies to arch={other.name} only, not arch={cfg.arch}"
+                return f"model.{name}={value!r} applies to arch={other.name} only, not arch={arch}"
     return None
+
+
+def family_options() -> dict[str, Option]:
+    """Every family's own options by name (a name two families declare is one option: the first declaration)."""
+    out: dict[str, Option] = {}
+    for family in FAMILIES.values():
+        for name, option in family.options.items():
+            out.setdefault(name, option)
+    return out
 
 
 SHARED_ARCHITECTURE = ("arch", "variant", "patch_size", "width", "pos_encoding", "pooling", "head", "layer_scale",

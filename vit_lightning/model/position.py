@@ -65,7 +65,14 @@ class Encoding(nn.Module):
     prefix_rows: bool = False  # whether the table has rows of its own for prefix tokens (else they get zeros)
     # what `resample` does, for the run record: formatted with the interpolation `mode` and the `options` it reads
     on_resize: str = "resampled to the new grid"
+    figure_note: str = ""  # why a run's figures have no similarity of its table to draw (none: there is one)
+    timm_pos_embed: str | None = None  # timm VisionTransformer's `pos_embed` that builds the same thing, if any
     injections: tuple[str, ...]
+
+    @classmethod
+    def absolute(cls) -> bool:
+        """Added to the tokens (a table or nothing); the other kinds act inside the encoder."""
+        return not (cls.relative or cls.rotary or cls.conditional)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -82,6 +89,8 @@ class NoEncoding(Encoding):
 
     injections = ("stem",)  # nothing to inject anywhere else
     on_resize = "nothing to resample"
+    figure_note = "the model has no position embedding, so there is no similarity to draw"
+    timm_pos_embed = "none"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -99,6 +108,7 @@ class Learned1d(Encoding):
 
     injections, prefix_rows = INJECTIONS, True
     on_resize = "patch rows interpolated as a 2-D image ({mode}), prefix rows kept"
+    timm_pos_embed = "learn"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -312,6 +322,7 @@ class Rope(Encoding):
 
     rotary, injections, reads = True, ("stem",), ("rope_theta", "rope_coords")  # acts inside every block already
     on_resize = "nothing resampled: coordinates {rope_coords} (model.rope_coords says where the new grid's patches are)"
+    figure_note = "RoPE turns queries and keys instead of adding a table, so there is no similarity to draw (see rope_offsets.png)"
     table: type[Encoding] = NoEncoding
     kind = "axial"
 
@@ -436,6 +447,7 @@ class Peg(Encoding):
 
     conditional, injections, min_depth = True, ("stem", "every_layer"), 2
     on_resize = "nothing resampled: the same 3x3 kernels slide over the new grid"
+    figure_note = "positions come from a convolution of the patch tokens on their grid, not from a table: see peg_kernels.png"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -452,8 +464,9 @@ class Peg(Encoding):
         self.grid = tuple(grid)
 
 
+NO_POSITION = "none"  # the encoding without position: what the others are compared with (bench, figures)
 ENCODINGS: dict[str, type[Encoding]] = {
-    "none": NoEncoding,
+    NO_POSITION: NoEncoding,
     "learned_1d": Learned1d,
     "learned_2d": Learned2d,
     "sincos_2d": SinCos2d,

@@ -15,7 +15,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from vit_lightning.model.config import ViTConfig, check_choice
-from vit_lightning.model.family import BackboneParts, Family, register
+from vit_lightning.model.family import (
+    ATTENTION_MAPS,
+    PRE_LOGITS,
+    TOKEN_GRID,
+    BackboneParts,
+    BlockAttention,
+    Family,
+    Option,
+    register,
+)
 from vit_lightning.model.layers import (
     INITS,
     Attention,
@@ -68,8 +77,19 @@ def init_swin_paper(module: nn.Module) -> None:
         module.init_weights("paper")
 
 
+# Swin's own options (`--model.window_size`, `--model.shift`), at the values that mean "not used" for other families
+SWIN_OPTIONS = {
+    "window_size": Option(7, int, "swin: side M of the attention windows (a window larger than a stage's map shrinks "
+                                  "to it)."),
+    "shift": Option(True, bool, "swin: shift every second block's windows by M // 2 (false: the Swin paper's "
+                                "\"w/o shifting\")."),
+}
+
+
 def check_swin(cfg: ViTConfig) -> None:
-    """Swin's own checks: final LayerNorm + average pooling only, the stage-1 width against its heads."""
+    """Swin's own checks: its options, final LayerNorm + average pooling only, the stage-1 width against its heads."""
+    if not isinstance(cfg.shift, bool):
+        raise ValueError(f"shift must be true or false, got {cfg.shift!r}")
     check_choice("pooling (arch=swin)", cfg.pooling, ("gap",))
     check_choice("init", cfg.init, INITS)
     width, _, heads = SWIN_VARIANTS[cfg.variant]
@@ -217,7 +237,7 @@ def stage_grids(grid: tuple[int, int], stages: int) -> list[tuple[int, int]]:
     return grids
 
 
-class Swin(BackboneParts, nn.Module):
+class Swin(BackboneParts, BlockAttention, nn.Module):
     """A Swin Transformer assembled from named parts; options as ViTConfig with arch='swin'.
 
     Args:
@@ -278,7 +298,8 @@ class Swin(BackboneParts, nn.Module):
     def resize(self, img_size: int | tuple[int, int], *, mode: str = "bicubic", window_size: int | None = None) -> None:
         """Adapt to a new input resolution (and window size): absolute table and bias tables resampled bicubically.
 
-        `mode` is the ViT's choice for learned tables; Swin's tables follow its paper's bicubic only.
+        `mode` is the ViT's choice for learned tables; Swin's tables follow its paper's bicubic only. The family
+        does not declare RESIZE: a transfer to another grid would change its windows and merged stages.
         """
         if mode != "bicubic":
             raise ValueError(f"a Swin resamples its tables bicubically, not with mode={mode!r}")
@@ -300,9 +321,9 @@ class Swin(BackboneParts, nn.Module):
 SWIN = register(Family(
     name="swin", cls=Swin, variants=SWIN_VARIANTS, encodings=tuple(SWIN_ENCODINGS),
     defaults={"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 4, "init": "timm"},
-    reads={"window_size": 7, "shift": True},  # options only Swin reads, at the value that means "not used"
-    # a 14x14 map of 28x28 demo digits, two windows of 7 a side, then 7x7 after its one patch merging
+    reads={}, options=SWIN_OPTIONS, offers=frozenset({ATTENTION_MAPS, TOKEN_GRID, PRE_LOGITS}),
     architecture=("window_size", "shift"),
+    # a 14x14 map of 28x28 demo digits, two windows of 7 a side, then 7x7 after its one patch merging
     demo_patch=2,
     check=check_swin, viz="vit_lightning.viz.swin", timm_loader=load_timm_swin,
     timm_reference=partial(timm_swin_reference, variants=SWIN_VARIANTS),

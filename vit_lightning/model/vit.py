@@ -9,7 +9,7 @@ from torch import nn
 
 from vit_lightning.bookkeeping import number_in, span
 from vit_lightning.model.config import ViTConfig, check_choice
-from vit_lightning.model.family import BackboneParts, Family, register
+from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
 from vit_lightning.model.position import ENCODING_OPTIONS, ENCODINGS, INJECTIONS, RELATIVE_SCALES, PositionEncoding
@@ -84,7 +84,7 @@ def check_rope(cfg: ViTConfig) -> None:
     check_head_dim(cfg.width // cfg.heads)
 
 
-class ViT(BackboneParts, nn.Module):
+class ViT(BackboneParts, BlockAttention, nn.Module):
     """A ViT assembled from named parts; see ViTConfig for the options.
 
     Args:
@@ -142,14 +142,8 @@ class ViT(BackboneParts, nn.Module):
             )
 
     @torch.no_grad()
-    def resize(self, img_size: int | tuple[int, int], *, mode: str = "bicubic", window_size: int | None = None,
-               patch_size: int | None = None) -> None:
-        """Adapt to a new input resolution (and patch size: the kernel PI-resized) by resampling position encodings.
-
-        `window_size` is for windowed families; a ViT attends globally and takes None only.
-        """
-        if window_size is not None:
-            raise ValueError("a ViT has no attention windows: resize it without window_size")
+    def resize(self, img_size: int | tuple[int, int], *, mode: str = "bicubic", patch_size: int | None = None) -> None:
+        """Adapt to a new input resolution (and patch size: the kernel PI-resized) by resampling position encodings."""
         hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         if patch_size is not None and patch_size != self.config.patch_size:
             if not hasattr(self.stem, "resize_patch"):
@@ -175,5 +169,6 @@ VIT = register(Family(
     architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
                   "pos_embed_class", *ENCODING_OPTIONS),
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits
-    check=check_vit, viz=None, timm_loader=load_timm_vit, timm_options=partial(timm_vit_options, variants=VARIANTS), transfers=True,
+    check=check_vit, viz="vit_lightning.viz.run", timm_loader=load_timm_vit, timm_options=partial(timm_vit_options, variants=VARIANTS),
+    offers=frozenset(CAPABILITIES),  # attention maps, a token grid, pre-logits, resizing to a new grid
 ))

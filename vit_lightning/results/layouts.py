@@ -404,7 +404,8 @@ def _lr_verdict(cells, lr, found: dict, top, comps: dict, fits: dict) -> str:
               for g, f in fits.items() if f]
     unfit = [g for g, f in fits.items() if f is None]
     edge = [g for g, f in fits.items() if f and f.edge]
-    parts.append(f"fitted optimal {label(lr)} (95% interval): {', '.join(optima) or 'none'}"
+    parts.append((f"fitted optimal {label(lr)} (95% interval): {', '.join(optima)}" if optima else
+                  f"fitted optimal {label(lr)} (95% interval): none")
                  + (f"; cannot fit {join(unfit)}: fewer than 3 learning rates with finished runs" if unfit else "")
                  + (f"; the best grid point of {join(edge)} is at the grid's edge, so the optimum may lie outside"
                     if edge else ""))

@@ -64,7 +64,7 @@ def value_key(value: Any) -> str:
 
 
 def cell_name(cell: pd.Series, keys: list[str]) -> str:
-    """A cell in running text: its values joined by '/', numbers with their key: learned_1d/stem, patch_size=2."""
+    """A cell in running text: its values joined by '/', numbers with their key: cls/mlp_tanh, patch_size=2."""
     return "/".join(fmt_value(cell[k]) if isinstance(cell[k], str) else f"{label(k)}={fmt_value(cell[k])}"
                     for k in keys)
 
@@ -78,7 +78,8 @@ def fmt_seeds(seeds) -> str:
 
 
 def join(names: list[str]) -> str:
-    return ", ".join(names) if names else "none"
+    """Names in running text (every caller has at least one)."""
+    return ", ".join(names)
 
 
 # ---- header, excluded runs, the report ----------------------------------------------------------

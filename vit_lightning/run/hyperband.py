@@ -8,16 +8,16 @@ otherwise by its best value so far; it stops when that is worse than the thresho
 iteration is an epoch whose value is a number: epochs without one (no validation, a non-finite value) are
 skipped, as W&B skips history rows without the metric.
 
-The local backend hands a trial its sweep's rule in the environment (ENV); the trial reads the other trials'
+A trial gets its sweep's rule as a run option on its command line (OPTION, `--run.early_terminate=JSON`, put there
+by the sweep for both backends), so the command a trial records reproduces it. The trial reads the other trials'
 records from its sweep's folder (those whose fixed settings are its own), so parallel slots and SLURM array
-tasks on one run root judge against the same histories. On W&B the server decides and this stays off.
+tasks on one run root judge against the same histories; under a W&B agent the server applies the same rule too.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from vit_lightning.identity import normalize
 from vit_lightning.run.record import HISTORY_KEYS
 from vit_lightning.run.rundir import load_record
 
-ENV = "VIT_ABLATE_EARLY_TERMINATE"  # JSON {rule: early_terminate, metric: {name, goal}, fixed: {key: value}}
+OPTION = "run.early_terminate"  # fit's option: JSON {rule: early_terminate, metric: {name, goal}, fixed: {key: value}}
 FIELDS = ("type", "min_iter", "max_iter", "s", "eta", "strict")
 METRICS = (*HISTORY_KEYS, BEST_METRIC)  # the metrics a record has per epoch (val/acc_best: the best val/acc so far)
 MAX_ETA, MAX_S, MAX_ITER = 1e3, 100, 10**6  # finite settings W&B's rule makes sense with (s: brackets, iter: epochs)
@@ -95,6 +95,29 @@ def check_metric(metric: dict, logged, who: str, when: str = "") -> str:
     return name
 
 
+def setting(rule: dict, metric: dict, fixed: dict) -> str:
+    """The value of fit's `run.early_terminate`: a sweep's rule, its metric and its fixed settings as one JSON text."""
+    return json.dumps({"rule": rule, "metric": metric, "fixed": fixed}, sort_keys=True, separators=(",", ":"))
+
+
+def option_error(text: str | None) -> str | None:
+    """Why a `run.early_terminate` value is not a sweep's rule (one line), or None (unset, or good)."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or set(value) - {"rule", "metric", "fixed"} or not isinstance(value.get("fixed", {}), dict):
+        return (f"{OPTION} must be JSON {{\"rule\": {{\"type\": \"hyperband\", ...}}, \"metric\": {{\"name\", \"goal\"}}, "
+                f"\"fixed\": {{...}}}} (a sweep writes it), got {text!r}")
+    try:
+        parse(value.get("rule"), value.get("metric") if isinstance(value.get("metric"), dict) else {})
+    except ValueError as error:
+        return f"{OPTION}: {error}"
+    return None
+
+
 def series(history: list[dict], metric: str) -> list[float]:
     """The metric at each epoch that has a number for it (val/acc_best: the best val/acc up to that epoch)."""
     key = "val/acc" if metric == BEST_METRIC else metric
@@ -153,9 +176,8 @@ class HyperbandStop(pl.Callback):
         self.reason: str | None = None
 
     @classmethod
-    def from_env(cls, directory: Path, history) -> HyperbandStop | None:
-        """The callback when the local sweep backend asked for it (ENV), else None."""
-        text = os.environ.get(ENV)
+    def from_option(cls, text: str | None, directory: Path, history) -> HyperbandStop | None:
+        """The callback for fit's `run.early_terminate` (checked by `option_error`), or None when it is not set."""
         return cls(json.loads(text), directory, history) if text else None
 
     @override

@@ -13,7 +13,7 @@ from typing_extensions import override
 from vit_lightning.bookkeeping import number_in, span
 from vit_lightning.model import ViT, build_backbone
 from vit_lightning.model.config import check_choice
-from vit_lightning.run.transfer import RESAMPLE, read_source, start_from
+from vit_lightning.run.transfer import RESAMPLE, Start, read_source
 
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -77,6 +77,7 @@ class ViTClassifier(pl.LightningModule):
         self.val_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_acc5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro")
         self._loss_sums: dict[str, torch.Tensor] = {}  # stage -> (sum of loss x batch size, samples) this epoch
+        self.start: Start | None = None  # init_from as fit resolved it (FitCLI sets it); read here when built alone
         self._started_from = False  # the init_from weights are loaded once, by the first configure_model
         self._compiled = False
 
@@ -85,7 +86,8 @@ class ViTClassifier(pl.LightningModule):
         """Start from init_from unless resuming (before the checkpoint restores), then compile once (before DDP)."""
         hp = self.hparams
         if hp.init_from and not self._started_from and self.trainer.ckpt_path is None:
-            start_from(self.model, read_source(hp.init_from), hp.pos_resample, hp.new_head)
+            self.start = self.start or Start(read_source(hp.init_from), hp.pos_resample, hp.new_head)
+            self.start.load_into(self.model)
         self._started_from = True
         if self.hparams.compile and not self._compiled:  # configure_model runs again on every fit/validate/test
             self.model.compile()

@@ -6,7 +6,8 @@ the check itself stays where each registry is read (the config, the module, the 
 
 from __future__ import annotations
 
-from vit_lightning.data.datamodule import DATASETS
+from vit_lightning.data.datamodule import DATASETS, RESIZE
+from vit_lightning.data.glyphs import TASKS
 from vit_lightning.model import FAMILIES, HEADS, INJECTIONS, POOLINGS, STEMS
 from vit_lightning.model.layers import INITS
 from vit_lightning.model.position import RELATIVE_SCALES
@@ -24,7 +25,7 @@ def option_choices() -> dict[str, tuple | dict[str, tuple]]:
         "model.pos_injection": INJECTIONS, "model.pooling": tuple(POOLINGS), "model.head": tuple(HEADS),
         "model.stem": tuple(STEMS), "model.init": INITS, "model.relative_scale": RELATIVE_SCALES,
         "model.rope_coords": COORDS, "model.optimizer": OPTIMIZERS, "model.schedule": SCHEDULES,
-        "model.pos_resample": RESAMPLE, "data.name": DATASETS,
+        "model.pos_resample": RESAMPLE, "data.name": DATASETS, "data.task": TASKS, "data.resize": RESIZE,
     }
 
 

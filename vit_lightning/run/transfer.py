@@ -10,15 +10,15 @@ the paper's zero-initialised head when the classes change (or when asked).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from vit_lightning.bookkeeping import LAST_CKPT, RECORD, one_line
+from vit_lightning.bookkeeping import LAST_CKPT, one_line
 from vit_lightning.model.build import build_backbone, timm_twin
-from vit_lightning.model.config import ViTConfig
-from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, architecture_keys
+from vit_lightning.model.config import ViTConfig, option_names
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, RESIZE, architecture_keys
 from vit_lightning.model.position import resize_note
 from vit_lightning.run.rundir import RunDirError, checkpoint_record, data_options, read_checkpoint
 
@@ -90,32 +90,10 @@ def source_problem(text: str) -> str | None:
     return None
 
 
-_CACHE: dict[tuple, Source] = {}  # by the files' identity, never by the path's text: a retrained source is new
-
-
-def _stamp(path: Path) -> tuple | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 def read_source(text: str) -> Source:
-    """The source named by `text`; SourceError (one line) when it is missing, unfinished, foreign or inconsistent."""
-    if source_kind(text) == "timm":
-        spec = text[len(TIMM):]
-        file = spec.partition("@")[2]
-        key = ("timm", spec, _stamp(Path(file)) if file else None)
-    else:
-        ckpt = source_checkpoint(text)
-        key = (_stamp(ckpt), _stamp(ckpt.parent / RECORD))
-    if key not in _CACHE:
-        source = _timm_source(spec) if source_kind(text) == "timm" else _run_source(text)
-        if len(_CACHE) >= 4:  # fit reads one source twice (its options, then its weights); a sweep checks a few
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = source
-    return _CACHE[key]
+    """The source named by `text`, read from its files now; SourceError (one line) when it is missing, unfinished,
+    foreign or inconsistent. A fit reads it once (`resolve`), so a source trained again is never served stale."""
+    return _timm_source(text[len(TIMM):]) if source_kind(text) == "timm" else _run_source(text)
 
 
 def _run_source(text: str) -> Source:
@@ -128,12 +106,13 @@ def _run_source(text: str) -> Source:
         state = read_checkpoint(ckpt)
     except RunDirError as error:
         raise SourceError(f"model.init_from={text}: {error}") from None
-    names = {f.name for f in fields(ViTConfig)}
+    names = option_names()
     options = {k: v for k, v in state["hyper_parameters"].items() if k in names}
     arch = options.get("arch", DEFAULT_ARCH)
-    if arch not in FAMILIES or not FAMILIES[arch].transfers:  # e.g. windows and merged stages fixed to one grid
-        able = ", ".join(name for name, family in FAMILIES.items() if family.transfers)
-        raise SourceError(f"model.init_from={text}: a {arch} source cannot start a run; "
+    if arch not in FAMILIES or FAMILIES[arch].lacks(RESIZE, "a transfer"):  # e.g. windows fixed to one grid
+        able = ", ".join(name for name, family in FAMILIES.items() if not family.lacks(RESIZE, ""))
+        why = FAMILIES[arch].lacks(RESIZE, "a transfer") if arch in FAMILIES else f"arch={arch} is not a family"
+        raise SourceError(f"model.init_from={text}: a {arch} source cannot start a run ({why}); "
                           f"only {able} sources (runs, checkpoints, timm models) can")
     weights = {k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")}
     check_weights(text, options, weights)
@@ -189,6 +168,33 @@ def _timm_source(spec: str) -> Source:
     account = {"source": f"timm:{spec}", "file": file or None, "sha256": digest,
                "trial": None, "config": {"timm": name, **options}}
     return Source(options, ours.state_dict(), account, id=f"{TIMM}{name}" + (f"@sha256:{digest}" if file else ""))
+
+
+@dataclass
+class Start:
+    """A fit's `model.init_from`, resolved once: fit records and checks it, its module loads it (no second read)."""
+
+    source: Source
+    mode: str = "bicubic"  # model.pos_resample
+    new_head: bool = False  # model.new_head
+
+    def check_data(self, in_chans: int) -> None:
+        check_data(self.source, in_chans)
+
+    def account(self, patch_size: int | None, img_size) -> dict:
+        return account(self.source, patch_size, img_size, self.mode)
+
+    def changed_since(self, record: dict) -> str | None:
+        return changed_since(self.source, record)
+
+    def load_into(self, vit) -> None:
+        start_from(vit, self.source, self.mode, self.new_head)
+
+
+def resolve(config, defaults, argv: list[str]) -> Start | None:
+    """Fit's one resolution of `model.init_from` (its parsed config gets the source's architecture), or None."""
+    source = adopt(config, defaults, argv)
+    return Start(source, config["model.pos_resample"], config["model.new_head"]) if source else None
 
 
 def adopt(config, defaults, argv: list[str]) -> Source | None:
@@ -272,7 +278,7 @@ def account(source: Source, patch_size: int | None, img_size=None, mode: str = "
 
 @torch.no_grad()
 def start_from(vit, source: Source, mode: str = "bicubic", new_head: bool = False) -> None:
-    """Load the source's weights into `vit` (built for the new data): encodings resampled, a zero head if needed."""
+    """Load the source's weights into the backbone built for the new data: encodings resampled, a zero head if needed."""
     old = build_backbone(**source.options)
     old.load_state_dict(source.state)
     old.resize(vit.config.img_size, mode=mode, patch_size=vit.config.patch_size)  # a new patch size: PI-resized kernel

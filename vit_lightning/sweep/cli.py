@@ -162,6 +162,8 @@ def prepare(args) -> list[dict]:
                 if key not in known:
                     raise SweepError(f"--set {key}: unknown key ({validate.suggest(key, known)})")
                 config["parameters"][key] = {"value": value}
+            if "early_terminate" in config:  # the rule a trial's command carries, with the sweep's settings as now
+                config["command"] = trials.early_command(config)
         except SweepError as err:
             raise SweepError(f"{label}: {err}") from None
         prepared.append((label, config))

@@ -3,7 +3,7 @@
 State lives in `runs/<ablation>/<profile>/.sweep-state.json` (JSON keyed by trial id); a trial's
 record is `runs/<ablation>/<profile>/<trial id>/results.json` (fit is handed the id). A trial is
 done when fit exited 0 and wrote a completed or stopped_early record (its sweep's hyperband rule, handed
-to it in its environment, stopped it), or its record says diverged; a bayes sweep's trials come one at a
+to it on its command line, stopped it), or its record says diverged; a bayes sweep's trials come one at a
 time from its search (search.py), once the grid and random trials are taken; done trials
 are skipped, interrupted ones (a signal, the sweep stopped) re-run and fit resumes them from
 last.ckpt, failed ones re-run only with retry_failed.
@@ -249,7 +249,7 @@ class Runner:
                 self.log(f"[sweep] trial {k}/{n} skipped: {now_status} in the meantime")
                 self._count("done" if now_status == "done" else "failed")
                 return
-            self._launch(trial, {**env, **dict(trial.env), rundir.ENV_FD: str(lock)}, lock, worker)
+            self._launch(trial, {**env, rundir.ENV_FD: str(lock)}, lock, worker)
         finally:
             rundir.release(lock)
 

@@ -29,7 +29,6 @@ class Trial:
     id: str  # family.trial_name(params, world size): fit names the run dir with it and writes it into results.json
     args: tuple[str, ...]
     command: tuple[str, ...]  # as the agent would run it (without the `/usr/bin/env` prefix)
-    env: tuple[tuple[str, str], ...] = ()  # what the local backend adds to its environment (hyperband's rule)
 
     @property
     def run_dir(self) -> Path:
@@ -60,7 +59,7 @@ def command_line(config: dict, params: dict[str, Any]) -> list[str]:
     """The agent's command for one trial: macros filled in as `wandb agent` does."""
     macros = {**_macro_args(params), "env": [], "interpreter": ["python"], "program": [str(config.get("program", ""))]}
     out: list[str] = []
-    for chunk in map(str, config.get("command") or DEFAULT_COMMAND):
+    for chunk in map(str, early_command(config)):
         chunk = re.sub(r"\$\{envvar:([A-Z0-9_]*)\}", lambda m: os.environ.get(m.group(1), m.group(1)), chunk)
         if chunk.startswith("${") and chunk.endswith("}"):
             if chunk[2:-1] not in macros:
@@ -83,18 +82,21 @@ def executable(command: tuple[str, ...]) -> list[str]:
     return list(command)
 
 
-def early_env(config: dict) -> tuple[tuple[str, str], ...]:
-    """The environment that hands a trial its sweep's hyperband rule (hyperband.ENV); () without early_terminate.
+def early_command(config: dict) -> list:
+    """The sweep's command carrying its hyperband rule as fit's `--run.early_terminate` (hyperband.OPTION) when it
+    has `early_terminate`, so the command a trial runs and records reproduces it; the command as it is otherwise.
 
-    The sweep's trials are the records in its folder whose single-valued settings are its own (`fixed`).
+    The rule is judged against the sweep's trials: the records in its folder whose single-valued settings
+    (`fixed`) are its own. A rule already in the command is replaced by the sweep's as it is now (after `--set`).
     """
+    flag = f"--{hyperband.OPTION}="
+    command = [c for c in config.get("command") or DEFAULT_COMMAND if not str(c).startswith(flag)]
     if "early_terminate" not in config:
-        return ()
+        return command
     fixed = {name: spec["value"] if "value" in spec else spec["values"][0]
              for name, spec in config["parameters"].items()
              if not name.startswith("run.") and ("value" in spec or len(spec.get("values") or ()) == 1)}
-    setting = {"rule": config["early_terminate"], "metric": config["metric"], "fixed": fixed}
-    return ((hyperband.ENV, json.dumps(setting, sort_keys=True)),)
+    return [*command, flag + hyperband.setting(config["early_terminate"], config["metric"], fixed)]
 
 
 def make(config: dict, params: dict[str, Any], gpus: int = 0) -> Trial:
@@ -105,8 +107,7 @@ def make(config: dict, params: dict[str, Any], gpus: int = 0) -> Trial:
 
         named = named_by_source(params)
     given = {**params, TRIAL_KEY: trial_name(named, world_size(params, gpus))}
-    return Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)),
-                 early_env(config))
+    return Trial(params, given[TRIAL_KEY], tuple(render_args(given)), tuple(command_line(config, given)))
 
 
 def build(configs: list[dict], count: int | None = None, seed: int = 0, gpus: int = 0) -> list[Trial]:

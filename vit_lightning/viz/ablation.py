@@ -11,11 +11,14 @@ from pathlib import Path
 import numpy as np
 
 from vit_lightning.bookkeeping import LAST_CKPT
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
+from vit_lightning.model.position import NO_POSITION
 from vit_lightning.viz.figures import Panel, distance_figure, panels_figure, similarity_mosaic, write_csv
 from vit_lightning.viz.run import Numbers, compute, draw, load_run, max_distance, offset_extent
 
 ENCODING = "model.pos_encoding"
-DISTANCE_PAIR = ("none", "learned_1d")  # the attention-distance comparison: why `none` is worse
+# the attention-distance comparison: why no position is worse than the default family's default encoding
+DISTANCE_PAIR = (NO_POSITION, FAMILIES[DEFAULT_ARCH].defaults["pos_encoding"])
 
 
 def variant_label(cell: dict) -> str:
@@ -64,13 +67,13 @@ def write_ablation_figures(ablation, profile: str, runs_root: Path, out: Path, c
 
 
 def encoding_comparison(drawn: list[tuple[dict, Numbers]], out: Path) -> list[Path]:
-    """Every encoding's position figure side by side, and the attention distance of none vs learned_1d."""
+    """Every encoding's position figure side by side, and the attention distance of DISTANCE_PAIR's two."""
     first: dict[str, Numbers] = {}
     for cell, numbers in drawn:  # cells come in design order, so each encoding's first is its stem run
         first.setdefault(cell[ENCODING], numbers)
     panels = [encoding_panel(name, numbers) for name, numbers in first.items()]
     paths = [panels_figure(out / "pos_similarity.png", panels, "Position embeddings: each patch's similarity to all "
-                           "others (relative encodings: layer-1 bias by offset, head mean; peg: its kernels' mean |w|)",
+                           "others (relative encodings: layer-1 bias by offset, head mean; a convolution: its kernels' mean |w|)",
                            columns=len(panels))]
     rows = [(name, t, q, k, float(sim[q, k])) for name, n in first.items() for t, sim in enumerate(n.similarity or [])
             for q in range(sim.shape[0]) for k in range(sim.shape[1])]
@@ -94,7 +97,7 @@ def encoding_panel(name: str, numbers: Numbers) -> Panel:
         bias = numbers.bias[0].mean(axis=0)  # (2H-1, 2W-1)
         lim = float(np.abs(bias).max()) or 1.0
         return Panel(name, bias, -lim, lim, "logit bias", offset_extent(numbers.grid))
-    if numbers.kernels is not None:  # peg: the first PEG's kernels, channel-mean magnitude by neighbour offset
+    if numbers.kernels is not None:  # a convolving encoding: its first kernels, channel-mean magnitude by offset
         mean = np.abs(numbers.kernels[0]).mean(axis=0)
         return Panel(name, mean, 0.0, float(mean.max()) or 1.0, "mean |kernel|", offset_extent((2, 2)))
     return Panel(name, None, 0.0, 0.0, "", note="no position encoding:\nnothing to draw")

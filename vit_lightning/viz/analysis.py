@@ -33,11 +33,11 @@ def cosine_similarity(table: torch.Tensor) -> torch.Tensor:
 def relative_bias(vit, images: torch.Tensor | None = None, chunk: int = 8) -> torch.Tensor | None:
     """The attention-logit bias of a relative encoding per layer and head, by 2-D offset (query - key).
 
-    Returns (L, heads, 2H-1, 2W-1), or None for absolute encodings. `relative_bias_2d` learns this
-    table directly. `relative_1d`'s bias depends on the query: with `images`, the mean of q.r over their
-    patch queries (the bias the data meets on average); without, the query of a token whose normalised
-    content is zero (LN bias -> W_q, plus b_q), the query-independent part. `alibi_2d`'s is fixed and the
-    same in every layer: one row, (1, heads, 2H-1, 2W-1).
+    Returns (L, heads, 2H-1, 2W-1), or None for absolute encodings. Swin's bias table (RelativeBias2d) is
+    this table, learned directly. The paper's relative encoding (Relative1d) has a bias that depends on the query:
+    with `images`, the mean of q.r over their patch queries (the bias the data meets on average); without, the
+    query of a token whose normalised content is zero (LN bias -> W_q, plus b_q), the query-independent part.
+    ALiBi's (Alibi2d) is fixed and the same in every layer: one row, (1, heads, 2H-1, 2W-1).
     """
     if not vit.pos.relative:
         return None
@@ -97,7 +97,7 @@ def alibi_bias(heads: int, grid: tuple[int, int]) -> torch.Tensor:
 
 
 def peg_kernels(vit) -> torch.Tensor | None:
-    """(PEGs, D, 3, 3) the depthwise kernels of a `peg` encoding, one set per PEG; None for other encodings."""
+    """(PEGs, D, 3, 3) the depthwise kernels of a PEG encoding (Peg), one set per PEG; None for other encodings."""
     if not isinstance(vit.pos.parts[0], Peg):
         return None
     return torch.stack([part.proj.weight.detach().double()[:, 0] for part in vit.pos.parts])

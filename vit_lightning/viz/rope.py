@@ -1,4 +1,4 @@
-"""RoPE's figures: the attention logit a query gives each 2-D offset, and rope_mixed's learned frequencies."""
+"""RoPE's figures: the attention logit a query gives each 2-D offset, and RoPE-Mixed's learned frequencies."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def is_rope(vit) -> bool:
 
 
 def learned_frequencies(vit) -> np.ndarray | None:
-    """(L, 2, heads, hd/2) rope_mixed's learned (fx, fy) per block, head and channel pair; None if fixed."""
+    """(L, 2, heads, hd/2) RoPE-Mixed's learned (fx, fy) per block, head and channel pair; None if fixed."""
     freqs = [r.freqs for r in vit.pos.rotations]
     if not freqs or not isinstance(freqs[0], torch.nn.Parameter):
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +14,8 @@ from torch.utils.data import DataLoader, Subset
 from vit_lightning.analysis.trained import Trained, TrainedError, build_data, load_trained
 from vit_lightning.bookkeeping import one_line
 from vit_lightning.compat.wandb import env_mode
-from vit_lightning.model.family import family_of
-from vit_lightning.model.position import Relative1d
+from vit_lightning.model.family import ATTENTION_MAPS, TOKEN_GRID, Family, family_of
+from vit_lightning.model.position import ENCODINGS, Relative1d
 from vit_lightning.model.stems import PatchStem
 from vit_lightning.viz import analysis, rope
 from vit_lightning.viz.figures import (
@@ -68,10 +68,12 @@ class Numbers:
     high_norm: np.ndarray | None = None  # (L,) fraction of patch tokens whose output norm is high (analysis.HIGH_NORM)
     entropy: np.ndarray | None = None  # (L,) mean entropy of the patch queries' attention, nats
     rope: str | None = None  # the RoPE encoding's name; None: not RoPE
-    rope_freqs: np.ndarray | None = None  # (L, 2, heads, hd/2) rope_mixed's learned frequencies; None: fixed
+    rope_freqs: np.ndarray | None = None  # (L, 2, heads, hd/2) learned RoPE frequencies; None: fixed
     rope_logits: np.ndarray | None = None  # (L, heads, 2H-1, 2W-1) mean attention logit by offset, first image chunk
-    kernels: np.ndarray | None = None  # (PEGs, D, 3, 3) a `peg` encoding's depthwise kernels
-    bias_queries: str = ""  # which queries a query-dependent bias (relative_1d) is drawn for
+    kernels: np.ndarray | None = None  # (PEGs, D, 3, 3) the depthwise kernels of an encoding that convolves the grid
+    bias_queries: str = ""  # which queries a query-dependent bias is drawn for
+    notes: dict[str, str] = field(default_factory=dict)  # file stem -> why a figure does not apply (a capability)
+    pos_note: str = ""  # why there is no position similarity to draw (the encoding's figure_note)
 
 
 def load_run(path: Path, images: int) -> Run:
@@ -105,32 +107,62 @@ def _one_thread():
 
 
 @torch.no_grad()
-def compute(run: Run, chunk: int = 8) -> Numbers:
-    """The numbers behind every figure of a run."""
-    vit = run.vit
-    if figures := family_of(vit).viz:  # another family's figures (their own numbers), from its viz module
-        with _one_thread():
-            return importlib.import_module(figures).compute(run, chunk)
-    grid, stride = tuple(vit.pos.grid), float(vit.stem.patch_size)
+def compute(run: Run, chunk: int = 8):
+    """The numbers behind every figure of a run: its family's figures module's (`compute_numbers`), else the shared ones."""
+    family = family_of(run.vit)
     with _one_thread():
-        tables = analysis.position_tables(vit)
-        similarity = None if tables is None else [analysis.cosine_similarity(t).numpy() for t in tables]
-        bias = analysis.relative_bias(vit, run.images, chunk)
-        components = None
-        if isinstance(vit.stem, PatchStem):  # the hybrid stem's 1x1 "patches" are ResNet features, not pixels
-            comps, ratios = analysis.filter_components(vit.stem.proj.weight, COMPONENTS)
-            components = comps.numpy(), ratios.numpy()
-        numbers = Numbers(run.title, grid, stride, similarity, None if bias is None else bias.numpy(), components)
-        if rope.is_rope(vit):
-            numbers.rope, numbers.rope_freqs = vit.config.pos_encoding, rope.learned_frequencies(vit)
-        if (kernels := analysis.peg_kernels(vit)) is not None:
-            numbers.kernels = kernels.numpy()
-        if isinstance(vit.pos.parts[0], Relative1d):
-            numbers.bias_queries = (f"mean of q.r over the patch queries of {len(run.images)} validation images"
-                                    if run.images is not None and len(run.images) else
-                                    "q.r of the zero-content query (no images: --images 0)")
-        if run.images is not None and len(run.images):
-            _attention_numbers(vit, run.images, numbers, chunk)
+        if family.viz is None:
+            return shared_numbers(run, family)
+        return importlib.import_module(family.viz).compute_numbers(run, chunk)
+
+
+def pos_note(encoding: str) -> str:
+    """The note standing for the position-similarity figure of an encoding without a table: its `figure_note`."""
+    return f"pos_encoding={encoding}: {ENCODINGS[encoding].figure_note}"
+
+
+def shared_numbers(run: Run, family: Family) -> Numbers:
+    """A family without figures of its own: the patch-embedding filters where it has them; notes for the rest."""
+    model = run.vit
+    family.require(TOKEN_GRID, "the figures (drawn on the patch grid)")
+    grid, stride = tuple(model.stem.grid_for(model.config.img_hw)), float(model.config.patch_size)
+    components = None
+    if isinstance(getattr(model, "stem", None), PatchStem):
+        comps, ratios = analysis.filter_components(model.stem.proj.weight, COMPONENTS)
+        components = comps.numpy(), ratios.numpy()
+    numbers = Numbers(f"arch={family.name}, {model.config.pos_encoding}, {model.config.pooling}", grid, stride, None,
+                      None, components, pos_note=pos_note(model.config.pos_encoding))
+    numbers.notes["attention"] = (family.lacks(ATTENTION_MAPS, "the attention distance and rollout figures") or
+                                  f"arch={family.name} has no figures module to draw its attention maps with")
+    if components is None:
+        numbers.notes["patch_pca"] = f"arch={family.name}: no patch-embedding filters of pixels to draw"
+    return numbers
+
+
+@torch.no_grad()
+def compute_numbers(run: Run, chunk: int = 8) -> Numbers:
+    """The numbers behind every figure of a run of the family whose figures these are (its `viz` names this module)."""
+    vit = run.vit
+    grid, stride = tuple(vit.pos.grid), float(vit.stem.patch_size)
+    tables = analysis.position_tables(vit)
+    similarity = None if tables is None else [analysis.cosine_similarity(t).numpy() for t in tables]
+    bias = analysis.relative_bias(vit, run.images, chunk)
+    components = None
+    if isinstance(vit.stem, PatchStem):  # the hybrid stem's 1x1 "patches" are ResNet features, not pixels
+        comps, ratios = analysis.filter_components(vit.stem.proj.weight, COMPONENTS)
+        components = comps.numpy(), ratios.numpy()
+    numbers = Numbers(run.title, grid, stride, similarity, None if bias is None else bias.numpy(), components,
+                      pos_note=pos_note(vit.config.pos_encoding))
+    if rope.is_rope(vit):
+        numbers.rope, numbers.rope_freqs = vit.config.pos_encoding, rope.learned_frequencies(vit)
+    if (kernels := analysis.peg_kernels(vit)) is not None:
+        numbers.kernels = kernels.numpy()
+    if isinstance(vit.pos.parts[0], Relative1d):
+        numbers.bias_queries = (f"mean of q.r over the patch queries of {len(run.images)} validation images"
+                                if run.images is not None and len(run.images) else
+                                "q.r of the zero-content query (no images: --images 0)")
+    if run.images is not None and len(run.images):
+        _attention_numbers(vit, run.images, numbers, chunk)
     return numbers
 
 
@@ -216,7 +248,7 @@ def draw(numbers: Numbers, out: Path) -> list[Path]:
     """Write every figure with its CSV into out; notes (.txt) where a figure does not apply."""
     if not isinstance(numbers, Numbers):  # another family's numbers: drawn by the module that computed them
         return importlib.import_module(type(numbers).__module__).draw(numbers, out, _draw_components)
-    out, paths = Path(out), []
+    out, paths = Path(out), [write_note(out / f"{stem}.txt", line) for stem, line in numbers.notes.items()]
     panels = position_panels(numbers)
     if numbers.similarity is not None:
         paths.append(panels_figure(out / "pos_similarity.png", panels, f"Position embedding similarity\n"
@@ -229,16 +261,10 @@ def draw(numbers: Numbers, out: Path) -> list[Path]:
         paths.append(panels_figure(out / "pos_bias.png", panels, f"Relative position bias by offset (query - key)"
                                    f"{queries}\n{numbers.title}", columns=heads, cmap="RdBu_r"))
         paths.append(write_csv(out / "pos_bias.csv", ["layer", "head", "d_row", "d_col", "bias"], _bias_rows(numbers)))
-    elif numbers.rope:
-        paths.append(write_note(out / "pos_similarity.txt", f"pos_encoding={numbers.rope}: RoPE turns queries and keys "
-                                "instead of adding a table, so there is no similarity to draw (see rope_offsets.png)"))
-    elif numbers.kernels is not None:
-        paths.append(write_note(out / "pos_similarity.txt", "pos_encoding=peg: positions come from a convolution of "
-                                "the patch tokens on their grid, not from a table: see peg_kernels.png"))
-        paths += _draw_kernels(numbers, out)
-    else:
-        paths.append(write_note(out / "pos_similarity.txt", "pos_encoding=none: the model has no position "
-                                "embedding, so there is no similarity to draw"))
+    else:  # no table and no bias: the encoding says why (and a convolving one has its kernels drawn)
+        paths.append(write_note(out / "pos_similarity.txt", numbers.pos_note))
+        if numbers.kernels is not None:
+            paths += _draw_kernels(numbers, out)
     if numbers.rope:
         paths += rope.draw(numbers.title, numbers.rope_logits, numbers.rope_freqs, numbers.grid,
                            offset_extent(numbers.grid), out)
@@ -258,6 +284,8 @@ def _draw_kernels(numbers: Numbers, out: Path) -> list[Path]:
 
 
 def _draw_components(numbers: Numbers, out: Path) -> list[Path]:
+    if "patch_pca" in getattr(numbers, "notes", {}):
+        return []  # its note says why
     if numbers.components is None:
         return [write_note(out / "patch_pca.txt", "stem=hybrid: the patch embedding is a 1x1 projection of ResNet "
                            "features, so there are no pixel filters to draw")]

@@ -16,7 +16,7 @@ import torch
 from vit_lightning.viz import analysis
 from vit_lightning.viz.figures import Panel, distance_figure, panels_figure, similarity_mosaic, write_csv, write_note
 
-NO_ROLLOUT = ("arch=swin: attention stays inside each window and tokens merge between stages, so there is no "
+NO_ROLLOUT = ("arch={arch}: attention stays inside each window and tokens merge between stages, so there is no "
               "token-to-token rollout through the network")
 
 
@@ -33,6 +33,7 @@ class SwinNumbers:
     similarity: np.ndarray | None  # (N, N) cosine of the absolute table; None without one
     components: tuple[np.ndarray, np.ndarray] | None
     distance: list[np.ndarray] | None = None  # per block (heads,) mean in-window attention distance in pixels
+    arch: str = ""  # the family's model.arch
 
 
 def window_distance(probs: torch.Tensor, m: int, stride: float) -> torch.Tensor:
@@ -42,7 +43,7 @@ def window_distance(probs: torch.Tensor, m: int, stride: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def compute(run, chunk: int = 8) -> SwinNumbers:
+def compute_numbers(run, chunk: int = 8) -> SwinNumbers:
     """The numbers behind every figure of a Swin run."""
     swin = run.vit
     blocks = [(i + 1, block) for i, stage in enumerate(swin.stages) for block in stage.blocks]
@@ -55,7 +56,7 @@ def compute(run, chunk: int = 8) -> SwinNumbers:
     c = swin.config
     numbers = SwinNumbers(f"Swin-{c.variant}, {c.pos_encoding}, shift={c.shift}", tuple(swin.stem.grid_for(c.img_hw)),
                           float(c.patch_size), [s for s, _ in blocks], [b.m for _, b in blocks], bias, similarity,
-                          (comps.numpy(), ratios.numpy()))
+                          (comps.numpy(), ratios.numpy()), arch=c.arch)
     if run.images is not None and len(run.images):
         totals, queries = None, None
         for start in range(0, len(run.images), chunk):
@@ -85,7 +86,7 @@ def draw(numbers: SwinNumbers, out: Path, draw_components) -> list[Path]:
         paths.append(write_note(out / "pos_similarity.txt", "no absolute position table (Swin's default is the "
                                 "relative bias alone), so there is no similarity to draw"))
     paths += draw_components(numbers, out)
-    paths.append(write_note(out / "rollout.txt", NO_ROLLOUT))
+    paths.append(write_note(out / "rollout.txt", NO_ROLLOUT.format(arch=numbers.arch)))
     if numbers.distance is not None:
         paths += _draw_distance(numbers, out)
     return paths
