@@ -23,6 +23,7 @@ from vit_lightning import ablation, floors
 from vit_lightning.compat.lightning import cli_options
 from vit_lightning.data.datamodule import SOURCES
 from vit_lightning.model import ENCODINGS, FAMILIES, HEADS, INJECTIONS, POOLINGS, STEMS
+from vit_lightning.model.family import RESIZE
 from vit_lightning.model.position import NoEncoding, resize_note
 from vit_lightning.run.module import ViTClassifier
 from vit_lightning.run.options import choices_text, help_suffix, option_choices
@@ -81,7 +82,7 @@ def applies_to(key: str) -> str:
     name = key.removeprefix("model.")
     if not key.startswith("model."):
         return ""
-    families = [f.name for f in FAMILIES.values() if name in f.reads]
+    families = [f.name for f in FAMILIES.values() if name in f.reads or name in f.options]
     encodings = [e for e, kind in ENCODINGS.items() if name in kind.reads]
     return "; ".join(part for part in (_names(families), _names(encodings)) if part)
 
@@ -211,7 +212,7 @@ def families_page() -> str:
     for f in FAMILIES.values():
         defaults = ", ".join(f"{k}={v}" for k, v in f.defaults.items())
         rows.append([f"`{f.name}`", f"`{f.cls.__name__}`", _names(f.variants), _names(f.encodings), defaults,
-                     _names(f"model.{o}" for o in f.reads), f.demo_patch, "yes" if f.transfers else "no",
+                     _names(f"model.{o}" for o in f.reads), f.demo_patch, "yes" if RESIZE in f.offers else "no",
                      "yes" if f.timm_loader else "no"])
     lines += _table(["arch", "class", "variants", "encodings", "defaults", "own options", "demo patch",
                      "starts a run (init_from)", "timm weights"], rows) + [""]
