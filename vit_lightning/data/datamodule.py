@@ -16,6 +16,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 from typing_extensions import override
 
+from vit_lightning.bookkeeping import WORKERS_ENV
 from vit_lightning.data.augment import BatchRandAugment
 
 __all__ = ["ViTDataModule", "DATASETS"]
@@ -380,6 +381,12 @@ class ViTDataModule(pl.LightningDataModule):
         """The side of the square images the model sees."""
         return self._img_size
 
+    @property
+    def workers(self) -> int:
+        """Loader workers: data.num_workers, at most the share a sweep slot gives this trial (WORKERS_ENV)."""
+        share = os.environ.get(WORKERS_ENV, "")
+        return min(self.hparams.num_workers, int(share)) if share.isdigit() else self.hparams.num_workers
+
     @override
     def prepare_data(self) -> None:
         self.source.prepare()
@@ -426,7 +433,7 @@ class ViTDataModule(pl.LightningDataModule):
     def _loader(self, dataset, collate, shuffle: bool) -> DataLoader:
         if dataset is None:
             raise RuntimeError("call setup() before asking for a dataloader")
-        workers = self.hparams.num_workers
+        workers = self.workers
         return DataLoader(
             dataset,
             batch_size=self.hparams.batch_size,

@@ -79,6 +79,9 @@ class RunRecord(pl.Callback):
         self.recovery: str | None = None  # set by fit when it had to drop a corrupt record or checkpoint
         self._start = self._tick = 0.0
         self._validated = False
+        self._epoch = [0, 0.0]  # this epoch's (train images, train seconds)
+        self._steady = [0, 0.0]  # the same over the epochs after the first this process trained (no warm-up, compile)
+        self._epochs_here = 0
 
     # --- state carried in the checkpoint -------------------------------------------------------------
     @override
@@ -114,13 +117,16 @@ class RunRecord(pl.Callback):
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._tick = time.perf_counter()
         self._validated = False
+        self._epoch = [0, 0.0]
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         now_ = time.perf_counter()
-        self.seconds["train"] += now_ - self._tick
+        took, images = now_ - self._tick, batch[0].shape[0] * trainer.world_size
+        self.seconds["train"] += took
         self._tick = now_
-        self.train_images += batch[0].shape[0] * trainer.world_size
+        self.train_images += images
+        self._epoch = [self._epoch[0] + images, self._epoch[1] + took]
 
     @override
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
@@ -132,6 +138,9 @@ class RunRecord(pl.Callback):
 
     @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._epochs_here += 1
+        if self._epochs_here > 1:
+            self._steady = [self._steady[0] + self._epoch[0], self._steady[1] + self._epoch[1]]
         if not self._validated:
             return
         metrics = {k: plain(number(trainer.callback_metrics.get(k))) for k in HISTORY_KEYS}  # non-finite: None
@@ -187,9 +196,11 @@ class RunRecord(pl.Callback):
                           "epochs": len(self.history), "steps": trainer.global_step, **self.extra_metrics}
         totals = self._totals()
         rec["compute"]["wall_s"] = round(totals["wall"], 2)
-        rec["compute"]["train_images_per_s"] = (
-            round(self.train_images / totals["train"], 1) if totals["train"] > 0 else None
-        )
+        rec["compute"]["train_images_per_s"] = rate(self.train_images, totals["train"])
+        # the last epoch's rate (what a sweep adds up over its running trials), and the rate after this process's
+        # first epoch: the steady state, without the warm-up, the loader's start and compilation
+        rec["compute"]["epoch_images_per_s"] = rate(*self._epoch)
+        rec["compute"]["steady_images_per_s"] = rate(*self._steady)
 
     def _finish(self, trainer: pl.Trainer, status: str) -> None:
         self._update(trainer)
@@ -198,6 +209,11 @@ class RunRecord(pl.Callback):
 
     def _write(self) -> None:
         write_record(self.directory, self.record)
+
+
+def rate(images: int, seconds: float) -> float | None:
+    """Images per second, to 0.1; None without any time."""
+    return round(images / seconds, 1) if seconds > 0 else None
 
 
 def _wandb_info(trainer: pl.Trainer) -> dict | None:
