@@ -17,9 +17,11 @@ from torchvision.transforms import v2
 from typing_extensions import override
 
 from vit_lightning.bookkeeping import WORKERS_ENV
-from vit_lightning.data.augment import BatchRandAugment
+from vit_lightning.data.augment import BatchRandAugment, random_crop_flip
 
-__all__ = ["ViTDataModule", "DATASETS"]
+__all__ = ["ViTDataModule", "DATASETS", "AUGMENT_ON", "random_crop_flip"]
+
+AUGMENT_ON = ("auto", "cpu", "device")  # where in-memory training batches are augmented (auto: device on a GPU)
 
 MNIST_STATS = ((0.1307,), (0.3081,))
 CIFAR10_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
@@ -246,52 +248,42 @@ class TensorImages(Dataset):
         return img, int(self.labels[i])
 
 
-def random_crop_flip(x: torch.Tensor, pad: int, flip: bool) -> torch.Tensor:
-    """Per-sample random crop (zero padding `pad`) and horizontal flip of (B, C, H, W), as one gather."""
-    b, c, h, w = x.shape
-    # v2.RandomCrop on a batch would draw one offset for all samples; draw one per sample instead.
-    x = F.pad(x, (pad, pad, pad, pad)) if pad else x
-    oy = torch.randint(0, 2 * pad + 1, (b, 1))
-    ox = torch.randint(0, 2 * pad + 1, (b, 1))
-    rows = oy + torch.arange(h)  # (B, H)
-    cols = torch.arange(w).expand(b, w)  # (B, W)
-    if flip:
-        cols = torch.where(torch.rand(b, 1) < 0.5, w - 1 - cols, cols)
-    cols = cols + ox
-    idx_b = torch.arange(b).view(b, 1, 1, 1)
-    idx_c = torch.arange(c).view(1, c, 1, 1)
-    return x[idx_b, idx_c, rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]  # (B, C, H, W)
-
-
 class BatchCollate:
-    """Stack uint8 samples into a normalised float batch; in train, RandAugment then crop/flip each sample first."""
+    """Stack uint8 samples into a normalised float batch; in train, RandAugment then crop/flip each sample first.
 
-    def __init__(self, mean, std, size: int, pad: int = 0, flip: bool = False, augment=None):
+    `defer`: the collate only stacks, and `finish` augments and normalises the uint8 batch later, on its device
+    (data.augment_on=device); both paths run the same code and draw from the same global CPU RNG.
+    """
+
+    def __init__(self, mean, std, size: int, pad: int = 0, flip: bool = False, augment=None, defer: bool = False):
         self.mean = torch.tensor(mean).view(1, -1, 1, 1) * 255  # stats are in [0, 1] units
         self.std = torch.tensor(std).view(1, -1, 1, 1) * 255
-        self.size, self.pad, self.flip, self.augment = size, pad, flip, augment
+        self.size, self.pad, self.flip, self.augment, self.defer = size, pad, flip, augment, defer
 
     def __call__(self, samples: list) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.stack([s[0] for s in samples])  # (B, C, H, W) uint8
+        y = torch.tensor([int(s[1]) for s in samples], dtype=torch.int64)  # (B,)
+        if self.defer:
+            return x, y
         # These ops are too small to gain from intra-op threads, and with num_workers=0 on a busy
         # CPU the fan-out stalls them (~3x); one thread is also what DataLoader workers use.
         prev = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            return self._collate(samples)
+            return self.finish(x), y
         finally:
             torch.set_num_threads(prev)
 
-    def _collate(self, samples: list) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.stack([s[0] for s in samples])  # (B, C, H, W) uint8
-        y = torch.tensor([int(s[1]) for s in samples], dtype=torch.int64)  # (B,)
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """Augment (ops drawn per sample), resize and normalise a uint8 (B, C, H, W) batch on its own device."""
         if self.augment is not None:
-            x = self.augment(x)  # (B, C, H, W) uint8, ops drawn per sample
+            x = self.augment(x)  # (B, C, H, W) uint8
         if self.pad or self.flip:
             x = random_crop_flip(x, self.pad, self.flip)
         x = x.float()
         if x.shape[-2:] != (self.size, self.size):
             x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False)
-        return (x - self.mean) / self.std, y
+        return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
 
 def memory_transforms(native: int, random_crop: bool, flip: bool, randaugment: bool):
@@ -352,14 +344,18 @@ class ViTDataModule(pl.LightningDataModule):
         cutmix_alpha: float = 0.0,
         split_seed: int = 0,
         holdout: float = 0.0,
+        augment_on: str = "auto",
     ):
         """name: mnist5k | cifar10 | cifar100 | imagefolder | synthetic; random_crop/flip=None: the dataset's default.
 
         holdout > 0: that share of the training split (stratified, fixed by split_seed) is held out and validated
-        on instead of the validation split, which the run then never sees (to select settings on)."""
+        on instead of the validation split, which the run then never sees (to select settings on).
+        augment_on: where in-memory training batches are augmented and normalised: cpu (the loader's collate),
+        device (the whole batch on the training device, after the transfer), auto (device when training on a GPU)."""
         super().__init__()
         self.save_hyperparameters()
-        check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=holdout)
+        check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=holdout,
+                      augment_on=augment_on)
         # Constructing the source checks the data is there, so a bad root fails before any training.
         self.source = SOURCES[name](root, download, val_split, split_seed)
         self._img_size = img_size or self.source.native_size
@@ -409,8 +405,16 @@ class ViTDataModule(pl.LightningDataModule):
             if hp.holdout:
                 self.train_set, self.val_set = held_out_folder(self.train_set, val_tf, hp.holdout, hp.split_seed)
         mean, std = src.stats
-        self.train_collate = BatchCollate(mean, std, self.img_size, **crop)
+        self.train_collate = BatchCollate(mean, std, self.img_size, **crop, defer=self.augments_on_device())
         self.val_collate = BatchCollate(mean, std, self.img_size)
+
+    def augments_on_device(self) -> bool:
+        """Training batches are augmented on the training device (data.augment_on; auto: when that is a GPU)."""
+        choice = self.hparams.augment_on
+        if choice == "auto":
+            trainer = self.trainer
+            return self.source.in_memory and trainer is not None and trainer.strategy.root_device.type != "cpu"
+        return choice == "device"
 
     @override
     def train_dataloader(self) -> DataLoader:
@@ -446,11 +450,13 @@ class ViTDataModule(pl.LightningDataModule):
 
     @override
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        """Mix the training batch on its device; validation batches pass unchanged."""
+        """Augment (data.augment_on=device) and mix the training batch on its device; validation batches pass unchanged."""
         trainer = self.trainer
-        if self.mixer is not None and trainer is not None and trainer.training:
-            return self.mix(*batch)
-        return batch
+        if trainer is None or not trainer.training:
+            return batch
+        if self.train_collate.defer:
+            batch = (self.train_collate.finish(batch[0]), batch[1])
+        return self.mix(*batch) if self.mixer is not None else batch
 
     def mix(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """MixUp/CutMix a batch: (B, C, H, W), int64 (B,) -> mixed (B, C, H, W), float (B, num_classes)."""
@@ -472,7 +478,7 @@ def held_out_folder(train: datasets.ImageFolder, val_tf, share: float, seed: int
 
 
 def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=0.0,
-                  **_) -> None:
+                  augment_on="auto", **_) -> None:
     """Reject bad options with one line, before anything is loaded (the sweep checks its trials with it)."""
     if name not in SOURCES:
         raise ValueError(f"unknown data.name {name!r}; valid: {', '.join(SOURCES)}")
@@ -484,6 +490,12 @@ def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alph
         raise ValueError(f"data.val_split must be in (0, 1), got {val_split}")
     if not 0.0 <= holdout < 1.0:
         raise ValueError(f"data.holdout must be in [0, 1) (0: validate on the validation split), got {holdout}")
+    if augment_on not in AUGMENT_ON:
+        raise ValueError(f"unknown data.augment_on {augment_on!r}; valid: {', '.join(AUGMENT_ON)}")
+    if augment_on == "device" and not SOURCES[name].in_memory:
+        memory = ", ".join(n for n, source in SOURCES.items() if source.in_memory)
+        raise ValueError(f"data.augment_on=device needs a dataset held in memory ({memory}); {name} augments each "
+                         "image in its loader: use auto or cpu")
     if mixup_alpha < 0 or cutmix_alpha < 0:
         raise ValueError(f"data.mixup_alpha and data.cutmix_alpha must be >= 0, got {mixup_alpha}, {cutmix_alpha}")
 
