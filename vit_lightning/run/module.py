@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
+from vit_lightning.compat.torch import batch_dynamic
 from vit_lightning.model import ViT, build_backbone
 from vit_lightning.model.config import check_choice
 from vit_lightning.run.transfer import RESAMPLE, read_source, start_from
@@ -49,7 +50,8 @@ class ViTClassifier(pl.LightningModule):
             warmup_epochs: epochs (fractions allowed) of linear warm-up, counted in optimizer steps.
             schedule: decay after warm-up, per optimizer step: cosine, linear or constant.
             label_smoothing: cross-entropy label smoothing (also applied to mixup/cutmix soft targets).
-            compile: torch.compile the ViT (in place: parameter names and checkpoints stay the same).
+            compile: torch.compile the ViT's forward for training and for evaluation, each once (parameter names
+                and checkpoints stay the same; see `compiled_forwards`).
             init_from: start from a trained model: a run dir, a .ckpt, timm:NAME or timm:NAME@FILE (its
                 architecture options are taken from it; see transfer.py).
             pos_resample: how learned position tables follow a new data.img_size: bicubic, bilinear or nearest.
@@ -75,7 +77,7 @@ class ViTClassifier(pl.LightningModule):
         self.val_acc5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro")
         self._loss_sums: dict[str, torch.Tensor] = {}  # stage -> (sum of loss x batch size, samples) this epoch
         self._started_from = False  # the init_from weights are loaded once, by the first configure_model
-        self._compiled = False
+        self._compiled: dict | None = None  # model.compile: {"train": fn, "eval": fn} (compiled_forwards)
 
     @override
     def configure_model(self) -> None:
@@ -84,13 +86,15 @@ class ViTClassifier(pl.LightningModule):
         if hp.init_from and not self._started_from and self.trainer.ckpt_path is None:
             start_from(self.model, read_source(hp.init_from), hp.pos_resample, hp.new_head)
         self._started_from = True
-        if self.hparams.compile and not self._compiled:  # configure_model runs again on every fit/validate/test
-            self.model.compile()
-            self._compiled = True
+        if self.hparams.compile and self._compiled is None:  # configure_model runs again on every fit/validate/test
+            self._compiled = compiled_forwards(self.model)
 
     @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x)  # (B, C, H, W) -> (B, num_classes)
+        if self._compiled is None:
+            return self.model(x)  # (B, C, H, W) -> (B, num_classes)
+        mode = "train" if self.training and torch.is_grad_enabled() else "eval"
+        return self._compiled[mode](batch_dynamic(x))
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Cross-entropy on class ids (B,) or soft targets (B, num_classes) from mixup/cutmix."""
@@ -180,6 +184,25 @@ class ViTClassifier(pl.LightningModule):
         if not math.isfinite(batches) or batches <= 0:
             return float(total)
         return math.ceil(batches / self.trainer.accumulate_grad_batches)
+
+
+def compiled_forwards(model: torch.nn.Module) -> dict:
+    """{"train": fn, "eval": fn}: the model's forward compiled twice, as two functions.
+
+    One compiled forward would recompile on every switch between training and validation (grad mode and
+    the modules' training flags are guards) and on each split's short last batch. Two functions are two
+    code objects with a compile cache each, so each compiles once; the caller marks the batch dimension
+    dynamic, so a short batch reuses the graph. Analyses after fit (few-shot, shuffled patches) call the
+    model itself, eagerly: they would otherwise compile graphs used once.
+    """
+
+    def train(x: torch.Tensor) -> torch.Tensor:
+        return model(x)
+
+    def evaluate(x: torch.Tensor) -> torch.Tensor:
+        return model(x)
+
+    return {"train": torch.compile(train), "eval": torch.compile(evaluate)}
 
 
 def decay_groups(model: ViT, weight_decay: float) -> list[dict]:

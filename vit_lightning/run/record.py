@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import WandbLogger
 from typing_extensions import override
 
 from vit_lightning.bookkeeping import BEST_METRIC, now, one_line
+from vit_lightning.compat.torch import compile_seconds
 from vit_lightning.identity import number, plain
 from vit_lightning.run.callbacks import DivergenceStop, stop_signal
 from vit_lightning.run.rundir import load_record, write_record
@@ -72,12 +73,12 @@ class RunRecord(pl.Callback):
         self.directory, self.config, self.facts, self.divergence = Path(directory), config, facts, divergence
         self.history: list[dict] = []
         self.previous: dict | None = None  # the record fit read once it held the run dir (None: read it here)
-        self.seconds = {"wall": 0.0, "train": 0.0}  # totals over attempts, up to the last checkpoint
+        self.seconds = {"wall": 0.0, "train": 0.0, "compile": 0.0}  # totals over attempts, up to the last checkpoint
         self.train_images = 0
         self.record: dict = {}
         self.extra_metrics: dict[str, float] = {}  # computed outside the epoch loop (few-shot accuracies)
         self.recovery: str | None = None  # set by fit when it had to drop a corrupt record or checkpoint
-        self._start = self._tick = 0.0
+        self._start = self._tick = self._compile_start = 0.0
         self._validated = False
         self._epoch = [0, 0.0]  # this epoch's (train images, train seconds)
         self._steady = [0, 0.0]  # the same over the epochs after the first this process trained (no warm-up, compile)
@@ -91,7 +92,7 @@ class RunRecord(pl.Callback):
     @override
     def load_state_dict(self, state: dict) -> None:
         self.history = list(state["history"])
-        self.seconds = dict(state["seconds"])
+        self.seconds = {"compile": 0.0, **state["seconds"]}  # a checkpoint from before compile time was kept
         self.train_images = int(state["train_images"])
 
     def add_metrics(self, values: dict[str, float]) -> None:
@@ -102,6 +103,7 @@ class RunRecord(pl.Callback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._start = time.perf_counter()
+        self._compile_start = compile_seconds()  # torch.compile's time is counted per process
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -187,7 +189,8 @@ class RunRecord(pl.Callback):
         }
 
     def _totals(self) -> dict[str, float]:
-        return {"wall": self.seconds["wall"] + time.perf_counter() - self._start, "train": self.seconds["train"]}
+        return {"wall": self.seconds["wall"] + time.perf_counter() - self._start, "train": self.seconds["train"],
+                "compile": self.seconds["compile"] + compile_seconds() - self._compile_start}
 
     def _update(self, trainer: pl.Trainer) -> None:
         rec, last = self.record, (self.history[-1] if self.history else {})
@@ -197,6 +200,8 @@ class RunRecord(pl.Callback):
         totals = self._totals()
         rec["compute"]["wall_s"] = round(totals["wall"], 2)
         rec["compute"]["train_images_per_s"] = rate(self.train_images, totals["train"])
+        if self.config.get("model.compile"):  # inside the first steps' time: what compiling cost this run
+            rec["compute"]["compile_s"] = round(totals["compile"], 1)
         # the last epoch's rate (what a sweep adds up over its running trials), and the rate after this process's
         # first epoch: the steady state, without the warm-up, the loader's start and compilation
         rec["compute"]["epoch_images_per_s"] = rate(*self._epoch)
