@@ -283,7 +283,20 @@ class BatchCollate:
         x = x.float()
         if x.shape[-2:] != (self.size, self.size):
             x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False)
-        return (x - self.mean.to(x.device)) / self.std.to(x.device)
+        mean, std = self._stats(x.device)
+        return (x - mean) / std
+
+    def _stats(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, std) on `device`, copied there once: a copy per batch would wait for the device every step."""
+        if device.type == "cpu":
+            return self.mean, self.std
+        if getattr(self, "_on_device", (None,))[0] != device:
+            self._on_device = (device, self.mean.to(device), self.std.to(device))
+        return self._on_device[1:]
+
+    def __getstate__(self) -> dict:
+        """Loader workers get the CPU statistics only, never a device's copy."""
+        return {k: v for k, v in self.__dict__.items() if k != "_on_device"}
 
 
 def memory_transforms(native: int, random_crop: bool, flip: bool, randaugment: bool):
