@@ -47,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: no code generation)")
     p.add_argument("--encodings", action="store_true",
                    help="also every position encoding (its step time over none's) and pooling")
+    p.add_argument("--no-poolings", action="store_true", help="with --encodings: the position encodings only")
     for arch, family in PAIRED.items():
         p.add_argument(f"--{arch}", default=None, choices=list(family.variants),
                        help=f"also our {family.cls.__name__} of this size against timm's at the same sizes (--img-size)")
@@ -69,7 +70,7 @@ def measure_models(args, device: torch.device, modes: list[tuple[str, bool]], af
     """Every subject in every mode, timed in alternating rounds (`after_round()` after each); one row per candidate."""
     torch.manual_seed(0)
     subs = subjects(args.variant, args.img_size, args.patch_size, args.encodings, not args.no_timm,
-                    {arch: getattr(args, arch) for arch in PAIRED if getattr(args, arch)})
+                    {arch: getattr(args, arch) for arch in PAIRED if getattr(args, arch)}, not args.no_poolings)
     x = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
     y = torch.randint(0, 1000, (args.batch_size,), device=device)
     if any(compiled for _, compiled in modes):

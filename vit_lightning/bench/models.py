@@ -71,9 +71,9 @@ def paired_family(name: str) -> str | None:
 
 
 def subjects(variant: str, img_size: int, patch_size: int, encodings: bool, with_timm: bool,
-             families: dict[str, str] | None = None) -> list[Subject]:
-    """ours learned_1d/cls, timm, then (with `encodings`) every other encoding with cls and every other pooling;
-    for each `families` arch -> variant, our model of that family and size and timm's."""
+             families: dict[str, str] | None = None, poolings: bool = True) -> list[Subject]:
+    """ours learned_1d/cls, timm, then (with `encodings`) every other encoding with cls and (with `poolings`) every
+    other pooling; for each `families` arch -> variant, our model of that family and size and timm's."""
     out = [ours(variant, img_size, patch_size)]
     for arch, size in (families or {}).items():
         out += family_pair(arch, size, img_size, with_timm)
@@ -85,7 +85,7 @@ def subjects(variant: str, img_size: int, patch_size: int, encodings: bool, with
             out.append(reference)
     if encodings:
         out += [ours(variant, img_size, patch_size, enc) for enc in ENCODINGS if enc != "learned_1d"]
-        out += [ours(variant, img_size, patch_size, pooling=p) for p in POOLINGS if p != "cls"]
+        out += [ours(variant, img_size, patch_size, pooling=p) for p in POOLINGS if p != "cls" and poolings]
     return out
 
 
