@@ -53,3 +53,4 @@ def test_a_compiled_fit_compiles_once_for_training_and_once_for_validation(tmp_p
     assert recompiles.reasons == []  # no guard failed: not the mode switch, the last batch, nor a new epoch
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 2  # training and evaluation
     assert record["compute"]["compile_s"] > 0
+    assert (record["compute"]["augment_on"], record["compute"]["loader_workers"]) == ("device", 0)

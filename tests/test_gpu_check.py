@@ -9,6 +9,7 @@ from vit_lightning.cli import main
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # five steps, four of them start fit processes or compile
 def test_dry_run_passes_every_step_and_writes_one_report(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "report.md"
@@ -87,3 +88,15 @@ def test_the_projection_is_trials_x_epochs_x_images_over_the_aggregate_rate():
     assert f"3 trials per GPU: 54 trials x 100 epochs x 50,000 images / 18,000 img/s = {hours:.2f} h" in text
     with pytest.raises(RuntimeError, match="no steady-state rate"):
         profile_run.steady(record(None, 1.0))
+
+
+def test_bench_encodings_can_name_a_few(capsys):
+    from vit_lightning.bench import cli as bench
+    from vit_lightning.model import ENCODINGS
+
+    chosen = bench.chosen_encodings(bench.parser().parse_args(["--encodings", "rope_mixed"]))
+    assert sorted(chosen) == sorted(["none", "learned_1d", "rope_mixed"])  # none: what every ratio is over
+    assert bench.chosen_encodings(bench.parser().parse_args(["--encodings"])) == list(ENCODINGS)
+    assert bench.chosen_encodings(bench.parser().parse_args([])) == []
+    assert bench.main(["--encodings", "rope", "--device", "cpu"]) == 2
+    assert "--encodings rope: unknown; valid: " in capsys.readouterr().err

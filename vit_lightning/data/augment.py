@@ -50,7 +50,8 @@ class BatchRandAugment:
             key = round_ops * 2 + (round_negative & signed[round_ops]).long()  # unsigned ops: one group
             order = torch.argsort(key, stable=True)
             counts = torch.bincount(key, minlength=2 * len(space)).tolist()  # CPU tensors: no device sync
-            grouped = x[to_device(order, x.device)]
+            order = to_device(order, x.device)
+            grouped = x[order]
             pieces, start = [], 0
             for k, count in enumerate(counts):
                 if count:
@@ -58,7 +59,7 @@ class BatchRandAugment:
                     piece = grouped[start:start + count]
                     pieces.append(piece if name == "Identity" else apply_op(self.ra, piece, name, magnitude))
                     start += count
-            x = torch.empty_like(x).index_copy_(0, to_device(order, x.device), torch.cat(pieces))
+            x = torch.empty_like(x).index_copy_(0, order, torch.cat(pieces))
         return x
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

@@ -181,7 +181,7 @@ class RunRecord(pl.Callback):
             "status": "running", "config": cfg, "metrics": {}, "history": self.history,
             "compute": {
                 **self.facts, "device": trainer.strategy.root_device.type, "num_devices": trainer.world_size,
-                "precision": str(trainer.precision),
+                "precision": str(trainer.precision), **loader_facts(trainer.datamodule),
             },
             "versions": versions(), "wandb": _wandb_info(trainer), "error": None, "recovery": self.recovery,
             "started_at": (previous.get("started_at") if self.history else None) or now(), "finished_at": None,
@@ -214,6 +214,13 @@ class RunRecord(pl.Callback):
 
     def _write(self) -> None:
         write_record(self.directory, self.record)
+
+
+def loader_facts(data) -> dict[str, Any]:
+    """The loader workers a run used (data.num_workers, at most its sweep slot's share) and where it augmented."""
+    if data is None or not hasattr(data, "workers"):
+        return {}
+    return {"loader_workers": data.workers, "augment_on": "device" if data.augments_on_device() else "cpu"}
 
 
 def rate(images: int, seconds: float) -> float | None:
