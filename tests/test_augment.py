@@ -1,8 +1,10 @@
 """BatchRandAugment: each sample gets RandAugment's ops as if augmented alone, with its own draws."""
 
+import collections
 import math
 import pickle
 
+import pytest
 import torch
 from torchvision.transforms.v2 import functional as F
 
@@ -71,3 +73,109 @@ def test_collate_with_randaugment_reaches_workers_and_normalises():
     samples = [(torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8), i % 10) for i in range(8)]
     x, y = collate(samples)
     assert x.shape == (8, 3, 32, 32) and x.dtype == torch.float32 and y.tolist() == [i % 10 for i in range(8)]
+
+
+# --- the same augmentation on the training device (data.augment_on=device) --------------------------------------
+def device_path(randaugment=True, batch_size=64):
+    """A synthetic-data module whose training batches are augmented after the transfer, as fit runs it."""
+    from types import SimpleNamespace
+
+    from vit_lightning.data.datamodule import ViTDataModule
+
+    dm = ViTDataModule("synthetic", batch_size=batch_size, randaugment=randaugment, augment_on="device")
+    dm.setup("fit")
+    dm.trainer = SimpleNamespace(training=True)  # what on_after_batch_transfer reads of the trainer
+    return dm
+
+
+def test_the_device_path_gives_the_cpu_paths_batch_for_the_same_seed():
+    from vit_lightning.data.datamodule import ViTDataModule
+
+    cpu = ViTDataModule("synthetic", batch_size=64, randaugment=True, augment_on="cpu")
+    cpu.setup("fit")
+    device = device_path()
+    assert not cpu.train_collate.defer and device.train_collate.defer
+    outs = []
+    for seed in (7, 7, 8):
+        torch.manual_seed(seed)
+        x, y = next(iter(device.train_dataloader()))  # the loader stacks uint8 only
+        assert x.dtype == torch.uint8
+        outs.append(device.on_after_batch_transfer((x, y), 0))
+    assert torch.equal(outs[0][0], outs[1][0]) and not torch.equal(outs[0][0], outs[2][0])  # seeded
+    torch.manual_seed(7)
+    x, y = next(iter(cpu.train_dataloader()))
+    assert x.dtype == torch.float32 and torch.equal(y, outs[0][1])
+    assert torch.allclose(x, outs[0][0], atol=1e-5)  # the same draws, ops, crop, flip and normalisation
+    device.trainer.training = False  # validation batches pass unchanged
+    assert device.on_after_batch_transfer((x, y), 0)[0] is x
+
+
+def recorded_ops(monkeypatch, make_batch, rounds: int) -> collections.Counter:
+    """(op name, magnitude) -> how many samples went through it, over `rounds` batches."""
+    from vit_lightning.data import augment
+
+    seen = collections.Counter()
+    real = augment.apply_op
+
+    def spy(ra, x, name, magnitude):
+        seen[(name, round(float(magnitude), 4))] += len(x)
+        return real(ra, x, name, magnitude)
+
+    monkeypatch.setattr(augment, "apply_op", spy)
+    for k in range(rounds):
+        torch.manual_seed(1000 + k)
+        make_batch()
+    monkeypatch.undo()
+    return seen
+
+
+def test_the_device_path_draws_the_cpu_paths_ops_and_magnitudes(monkeypatch):
+    from vit_lightning.data.datamodule import ViTDataModule
+
+    cpu = ViTDataModule("synthetic", batch_size=128, randaugment=True, augment_on="cpu")
+    cpu.setup("fit")
+    device = device_path(batch_size=128)
+    cpu_ops = recorded_ops(monkeypatch, lambda: next(iter(cpu.train_dataloader())), 12)
+    torch.manual_seed(0)  # other seeds than the CPU path's: the same distribution, not the same draws
+    device_loader = device.train_dataloader()
+
+    def device_batch():
+        torch.manual_seed(int(torch.randint(10**6, (1,))) + 7)
+        device.on_after_batch_transfer(next(iter(device_loader)), 0)
+
+    device_ops = recorded_ops(monkeypatch, device_batch, 12)
+    aug = BatchRandAugment()
+    applied = [name for name, _ in aug.space if name != "Identity"]  # Identity leaves the image as it is
+    total = 12 * 128 * aug.num_ops
+    for ops in (cpu_ops, device_ops):
+        names = collections.Counter()
+        for (name, _), n in ops.items():
+            names[name] += n
+        assert sorted(names) == sorted(applied)
+        for name in applied:  # each op on 1/14 of the draws: within 5 standard deviations of a binomial
+            p = 1 / len(aug.space)
+            assert abs(names[name] - total * p) < 5 * math.sqrt(total * p * (1 - p)), (name, names[name])
+        for name, (_, signed) in aug.space:  # magnitude bin 9 of 31, and both signs for the signed ops
+            if name in applied:
+                magnitudes = {m for (n, m) in ops if n == name}
+                value = round(aug.magnitude_of([n for n, _ in aug.space].index(name), 32, 32), 4)
+                assert magnitudes == ({value, -value} if signed and value else {value}), name
+    # the two paths' frequencies agree: total variation distance of (op, magnitude) under 0.05
+    keys = set(cpu_ops) | set(device_ops)
+    tv = 0.5 * sum(abs(cpu_ops[k] / sum(cpu_ops.values()) - device_ops[k] / sum(device_ops.values())) for k in keys)
+    assert set(cpu_ops) == set(device_ops) and tv < 0.05, tv
+
+
+def test_augment_on_is_checked_in_one_line(tmp_path):
+    from vit_lightning.data.datamodule import ViTDataModule
+
+    with pytest.raises(ValueError, match="unknown data.augment_on 'gpu'; valid: auto, cpu, device"):
+        ViTDataModule(augment_on="gpu")
+    for cls in ("a", "b"):
+        for split in ("train", "val"):
+            (tmp_path / split / cls).mkdir(parents=True)
+    with pytest.raises(ValueError, match="augment_on=device needs a dataset held in memory"):
+        ViTDataModule("imagefolder", root=str(tmp_path), augment_on="device")
+    auto = ViTDataModule("synthetic", randaugment=True)
+    auto.setup("fit")
+    assert not auto.train_collate.defer  # auto without a GPU trainer: the CPU loader augments

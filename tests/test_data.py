@@ -374,6 +374,17 @@ def test_synthetic_is_cifar_shaped_fixed_and_learnable():
     assert (guess == dm.val_set.labels).float().mean() > 0.9
 
 
+def test_synthetic_cifar_has_cifar10s_sizes_and_the_same_images():
+    big = ViTDataModule("synthetic_cifar", val_split=0.5)  # CIFAR-10's split whatever val_split says
+    big.setup()
+    assert (len(big.train_set), len(big.val_set)) == (50_000, 10_000)
+    assert torch.bincount(big.val_set.labels, minlength=10).tolist() == [1000] * 10
+    xt, yt = big.train_set.images[:5000].float().flatten(1), big.train_set.labels[:5000]
+    means = torch.stack([xt[yt == c].mean(0) for c in range(10)])  # learnable, as `synthetic`
+    guess = torch.cdist(big.val_set.images[:2000].float().flatten(1), means).argmin(1)
+    assert (guess == big.val_set.labels[:2000]).float().mean() > 0.9
+
+
 # ---------------------------------------------------------------- bad options
 
 
@@ -382,7 +393,8 @@ def test_unknown_name_lists_valid_names():
         ViTDataModule("imagenet21k")
     msg = one_line_error(err)
     assert "imagenet21k" in msg and all(n in msg for n in DATASETS)
-    assert DATASETS == ("mnist5k", "cifar10", "cifar100", "imagefolder", "synthetic", "glyphs", "translated_mnist")
+    assert DATASETS == ("mnist5k", "cifar10", "cifar100", "imagefolder", "synthetic", "synthetic_cifar", "glyphs",
+                        "translated_mnist")
 
 
 @pytest.mark.parametrize("kw", [{"val_split": 0.0}, {"val_split": 1.0}, {"batch_size": 0}, {"mixup_alpha": -1.0}])

@@ -20,6 +20,8 @@ FINAL = ("completed", "diverged", "stopped_early")  # record statuses that end a
 # stopped_early: a sweep's hyperband rule stopped it (hyperband.py); its record says why in `stopped_early`
 SWEEP_PID_ENV = "VIT_ABLATE_SWEEP_PID"  # a sweep's trial stops itself once this process is gone
 GRACE_ENV = "VIT_ABLATE_STOP_GRACE_S"  # seconds a stopped trial gets before SIGKILL (default 60)
+# a sweep slot's share of the machine's CPUs for loader workers: a trial uses at most this many (data.num_workers)
+WORKERS_ENV = "VIT_ABLATE_LOADER_WORKERS"
 SUMMARY_FIELDS = ("status", "trial", "started_at", "finished_at", "error")  # record fields mirrored into the W&B summary
 
 

@@ -201,7 +201,7 @@ def evaluate(backbone: nn.Module, datamodule, shots=SHOTS, draws: int = DRAWS, s
     hp = datamodule.hparams
 
     def loader(dataset):
-        return DataLoader(dataset, batch_size=hp.batch_size, num_workers=hp.num_workers,
+        return DataLoader(dataset, batch_size=hp.batch_size, num_workers=datamodule.workers,
                           collate_fn=datamodule.val_collate, generator=torch.Generator().manual_seed(0))
 
     with preserved_rng(), frozen(backbone):

@@ -53,8 +53,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", nargs="+", default=["32"], choices=PRECISIONS, help="32 and/or bf16 (autocast)")
     p.add_argument("--compile", action="store_true", help="also time every model under torch.compile")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: no code generation)")
-    p.add_argument("--encodings", action="store_true",
-                   help="also every position encoding (its step time over none's) and pooling")
+    p.add_argument("--encodings", nargs="*", metavar="NAME",
+                   help="also every position encoding (its step time over none's) and pooling; names: those "
+                        "encodings only (none is always among them)")
+    p.add_argument("--no-poolings", action="store_true", help="with --encodings: the position encodings only")
     for arch, family in PAIRED.items():
         p.add_argument(f"--{arch}", default=None, choices=list(family.variants),
                        help=f"also our {family.cls.__name__} of this size against timm's at the same sizes (--img-size)")
@@ -76,8 +78,8 @@ def resolve_device(name: str) -> torch.device:
 def measure_models(args, device: torch.device, modes: list[tuple[str, bool]], after_round) -> list[dict]:
     """Every subject in every mode, timed in alternating rounds (`after_round()` after each); one row per candidate."""
     torch.manual_seed(0)
-    subs = subjects(args.variant, args.img_size, args.patch_size, args.encodings, not args.no_timm,
-                    {arch: getattr(args, arch) for arch in PAIRED if getattr(args, arch)})
+    subs = subjects(args.variant, args.img_size, args.patch_size, chosen_encodings(args), not args.no_timm,
+                    {arch: getattr(args, arch) for arch in PAIRED if getattr(args, arch)}, not args.no_poolings)
     x = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
     y = torch.randint(0, 1000, (args.batch_size,), device=device)
     if any(compiled for _, compiled in modes):
@@ -197,7 +199,7 @@ def run(args) -> dict:
               "config": {"variant": args.variant, "img_size": args.img_size, "patch_size": args.patch_size,
                          "batch_size": args.batch_size, "steps": args.steps, "rounds": args.rounds,
                          "precisions": args.precision, "compile": args.compile, "compile_backend": args.compile_backend,
-                         "encodings": args.encodings},
+                         "encodings": bool(chosen_encodings(args))},
               "peak_size": size}
     # Sampled before the models and after every round, the peak is the best sample: on a shared machine
     # one busy moment would lower it.
@@ -232,8 +234,18 @@ def check(args) -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device}: no CUDA device is visible; use --device cpu")
     with torch.device("meta"):  # builds nothing in memory, but checks the sizes fit together
-        for encoding in ENCODINGS if args.encodings else [DEFAULT_ENCODING]:  # each encoding's own checks too
+        for encoding in chosen_encodings(args) or [DEFAULT_ENCODING]:  # each encoding's own checks too
             ViT(args.variant, img_size=args.img_size, patch_size=args.patch_size, pos_encoding=encoding)
+
+
+def chosen_encodings(args) -> list[str]:
+    """The encodings --encodings asks for: [] without it, every one when it names none, else none and those named."""
+    if args.encodings is None:
+        return []
+    unknown = [name for name in args.encodings if name not in ENCODINGS]
+    if unknown:
+        raise ValueError(f"--encodings {unknown[0]}: unknown; valid: {', '.join(ENCODINGS)}")
+    return [e for e in ENCODINGS if not args.encodings or e in ("none", "learned_1d", *args.encodings)]
 
 
 def main(argv: list[str]) -> int:

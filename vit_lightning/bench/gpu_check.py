@@ -1,18 +1,16 @@
 """`vit-ablate gpu-check`: one short, offline run that shows a GPU machine runs the GPU profiles (under 8 minutes).
 
 Steps: the bench at ViT-B/16 224 px in bf16, eager and compiled, against timm, with the loaders of the GPU
-profiles; every encoding's and pooling's step time; a 2-epoch fit of the cifar10 profile on synthetic
-CIFAR-shaped data in bf16-mixed (the loss must fall, the record must be complete); a 1-GPU DDP fit with
-model.compile. Writes one markdown report (for results/benchmarks.md); exits 1 if a step failed.
-`--dry-run` runs the same steps on the CPU at tiny sizes, as CI does.
+profiles; every encoding's and pooling's step time; every encoding's step compiled at the cifar10 profile's
+S/4 32 px; the cifar10 profile's trial rate (real `fit` trials on CIFAR-sized synthetic data, one alone and N on
+one GPU, the loss must fall and the records be complete) and the projected time of the Table 8 cifar10 profile;
+a 1-GPU DDP fit with model.compile. Writes one markdown report (for results/benchmarks.md); exits 1 if a step
+failed. `--dry-run` runs the same steps on the CPU at tiny sizes, as CI does.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,32 +21,39 @@ from pathlib import Path
 
 import torch
 
-import vit_lightning
-from vit_lightning.ablation import BASE
 from vit_lightning.bench import cli as bench
+from vit_lightning.bench import profile_run
+from vit_lightning.bench.profile_run import FIT_COMMON, fit, rate_fit_args
 from vit_lightning.bench.report import render_markdown
-from vit_lightning.run.rundir import read_record, run_dirs
+from vit_lightning.sweep.cli import positive
 
 # The bench's arguments on the GPU and in the dry run (tiny sizes, one round, the CPU's own profile).
 GPU_BENCH = ["--variant", "B", "--img-size", "224", "--patch-size", "16", "--batch-size", "128", "--steps", "10",
              "--rounds", "3", "--device", "cuda"]
+# the cifar10 profile's model, batch and precision (ablation.BASE["cifar10"]), where short sequences make the
+# attention biases and rotations elementwise-bound
+GPU_PROFILE_BENCH = ["--variant", "S", "--img-size", "32", "--patch-size", "4", "--batch-size", "256", "--steps", "10",
+                     "--rounds", "2", "--device", "cuda"]
 DRY_BENCH = ["--variant", "micro", "--img-size", "16", "--patch-size", "8", "--batch-size", "2", "--steps", "1",
              "--rounds", "1", "--warmup", "1", "--device", "cpu", "--peak-size", "256", "--data-images", "32"]
 # Dry run: inductor's C++ build of every graph takes minutes on a small CPU, so compiled runs trace through
 # dynamo and AOTAutograd only (aot_eager); tests/test_compile.py runs inductor on the CPU.
 DRY_COMPILE = ["--compile-backend", "aot_eager"]
-FIT_COMMON = {"data.name": "synthetic", "data.download": False, "run.wandb": "off", "run.ablation": "gpu-check",
-              "trainer.devices": 1, "trainer.enable_progress_bar": False}
+DRY_ENCODINGS = ["rope_mixed", "relative_bias_2d"]
+TRIALS_PER_GPU = 3  # the trial-rate step's N (the sweep's --trials-per-gpu), unless --trials-per-gpu says otherwise
 
-
-def cifar10_fit_args(dry: bool) -> dict:
-    """The cifar10 profile for 2 epochs on synthetic CIFAR-shaped data (dry: a micro ViT, 8 batches, 1 worker)."""
-    settings = {**BASE["cifar10"], **FIT_COMMON, "trainer.max_epochs": 2, "run.profile": "cifar10"}
-    if dry:
-        settings.update({"model.variant": "micro", "model.patch_size": 8, "data.batch_size": 32, "data.num_workers": 1,
-                         "trainer.accelerator": "cpu", "trainer.limit_train_batches": 8, "trainer.limit_val_batches": 1,
-                         "model.warmup_epochs": 0, "model.lr": 0.003})
-    return settings
+# Seconds each step is planned to take on one H200, from the rates measured there (torch 2.11, bf16): a B/16 step
+# of 128 images ~50 ms eager; an S/4 step of 256 ~27 ms eager (9,476 img/s); compiling a model's training graph
+# ~19 s (a cifar10 fit spent 76 s compiling about 4); a cifar10 trial ~8,500 img/s alone, ~15,000 for 3 together;
+# a fit's start (imports, CUDA, data) ~15 s. The whole check is planned to stay under 8 minutes.
+PLAN_S = {
+    "headline": 90,  # 4 candidates x 32 steps x 50 ms, 2 compiles, 2 loaders and profile steps, FLOP counts
+    "encodings": 40,  # 15 models eager x 32 steps x 50 ms, their FLOP counts
+    "compiled encodings": 200,  # 10 encodings: 10 compiles x 19 s, their eager and compiled steps (~0.03 s each)
+    "trial rate": 85,  # alone: 15 s + 3 x 50,000 / 8,500; 3 together: 15 s + 3 x 3 x 50,000 / 15,000; validation
+    "ddp": 40,  # NCCL start, one micro compile, 40 steps
+}
+BUDGET_S = 8 * 60
 
 
 def ddp_fit_args(dry: bool) -> dict:
@@ -59,36 +64,12 @@ def ddp_fit_args(dry: bool) -> dict:
             "trainer.precision": "bf16-mixed", "model.compile": not dry, "run.profile": "ddp"}
 
 
-def fit(settings: dict, root: Path, timeout: int, dry: bool) -> dict:
-    """Run `vit-ablate fit` in a fresh process, as a sweep trial does; its record, checked to be complete."""
-    argv = [f"--{k}={json.dumps(v) if isinstance(v, (bool, list)) else v}" for k, v in settings.items()]
-    package_root = str(Path(vit_lightning.__file__).resolve().parents[1])
-    env = {**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    if dry:
-        env["OMP_NUM_THREADS"] = "1"  # tiny sizes gain nothing from threads, which stall on a busy CI machine
-    command = [sys.executable, "-m", "vit_lightning.cli", "fit", *argv, f"--run.root={root}"]
-    root.mkdir(parents=True)
-    done = subprocess.run(command, cwd=root.parent, env=env, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-20:])
-        raise RuntimeError(f"fit exited {done.returncode}; the end of its stderr:\n{tail}")
-    [directory] = [run for folder in root.glob("*/*") for run in run_dirs(folder)]
-    record = read_record(directory) or {}
-    history = record.get("history") or []
-    if record.get("status") != "completed" or len(history) != settings["trainer.max_epochs"]:
-        raise RuntimeError(f"record incomplete: status {record.get('status')}, {len(history)} epochs: {record.get('error')}")
-    missing = [k for k in ("params", "gflops_per_image", "train_images_per_s", "wall_s") if record["compute"].get(k) is None]
-    if missing or "val/acc" not in record["metrics"]:
-        raise RuntimeError(f"record incomplete: compute lacks {missing} or metrics lack val/acc")
-    return record
-
-
 def fit_summary(record: dict) -> list[str]:
     c = record["compute"]
     losses = ", ".join(f"{h.get('train/loss', float('nan')):.3f}" for h in record["history"])
+    compiled = f", compile {c['compile_s']:.0f} s" if c.get("compile_s") is not None else ""
     return [f"status {record['status']}, {c['num_devices']} device(s), precision {c['precision']}, "
-            f"{c['train_images_per_s']:,.0f} train img/s, wall {c['wall_s']:.0f} s",
+            f"{c['train_images_per_s']:,.0f} train img/s, wall {c['wall_s']:.0f} s{compiled}",
             f"train/loss per epoch: {losses}; val/acc {record['metrics']['val/acc']:.3f}"]
 
 
@@ -104,11 +85,18 @@ def run_bench(argv: list[str]) -> dict:
     return bench.run(args)
 
 
-def steps(dry: bool, tmp: Path) -> list[tuple[str, Callable[[], list[str]]]]:
+def step_rate(report: dict) -> float | None:
+    """The bench's eager bf16 img/s of ours learned_1d/cls (the cifar10 profile's model) in a report."""
+    return next((r["images_per_s"] for r in report["models"] if r["name"] == "ours learned_1d/cls"
+                 and r["precision"] == "bf16" and not r["compiled"]), None)
+
+
+def steps(dry: bool, tmp: Path, per_gpu: int = TRIALS_PER_GPU) -> list[tuple[str, Callable[[], list[str]]]]:
     """(title, function returning markdown lines) for every step of the check."""
     base = DRY_BENCH if dry else GPU_BENCH
     compiled = ["--compile", *(DRY_COMPILE if dry else [])]
     data = ["--profiles", "demo", "cifar10"] if dry else ["--profiles", "cifar10", "imagenet"]
+    measured: dict[str, float | None] = {}
 
     def headline():
         return [render_markdown(run_bench([*base, "--precision", "bf16", *compiled, *data]))]
@@ -116,17 +104,27 @@ def steps(dry: bool, tmp: Path) -> list[tuple[str, Callable[[], list[str]]]]:
     def encodings():
         return [render_markdown(run_bench([*base, "--precision", "bf16", "--encodings", "--no-timm", "--profiles"]))]
 
-    def cifar10():
-        record = fit(cifar10_fit_args(dry), tmp / "cifar10" / "runs", timeout=300, dry=dry)
-        check_loss_falls(record)
-        return fit_summary(record)
+    def compiled_encodings():
+        chosen = DRY_ENCODINGS if dry else []  # the dry run compiles a rotation and a bias; the GPU every encoding
+        report = run_bench([*(DRY_BENCH if dry else GPU_PROFILE_BENCH), "--precision", "bf16", *compiled,
+                            "--encodings", *chosen, "--no-poolings", "--no-timm", "--profiles"])
+        measured["step"] = step_rate(report)
+        return [render_markdown(report)]
+
+    def trial_rate():
+        alone = fit(rate_fit_args(dry), tmp / "alone" / "runs", timeout=300, dry=dry)
+        check_loss_falls(alone)
+        group = profile_run.together(per_gpu, tmp / "together", timeout=400, dry=dry)
+        return [*fit_summary(alone), "", *profile_run.rate_lines(alone, group, measured.get("step"))]
 
     def ddp():
         return fit_summary(fit(ddp_fit_args(dry), tmp / "ddp" / "runs", timeout=240, dry=dry))
 
     return [("Bench: ours vs timm, bf16, eager and compiled; the GPU profiles' loaders", headline),
             ("Every position encoding and pooling, bf16 eager", encodings),
-            ("2-epoch fit of the cifar10 profile on synthetic CIFAR-shaped data, bf16-mixed", cifar10),
+            ("Every position encoding compiled, at the cifar10 profile's model and batch, bf16", compiled_encodings),
+            (f"The cifar10 profile's trial rate on CIFAR-sized synthetic data: one trial alone, then {per_gpu} on one "
+             "GPU; the projected Table 8 cifar10 profile", trial_rate),
             ("1-device DDP fit, bf16-mixed" + ("" if dry else ", model.compile"), ddp)]
 
 
@@ -135,6 +133,8 @@ def main(argv: list[str]) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dry-run", action="store_true", help="the same steps on the CPU at tiny sizes (CI)")
     p.add_argument("--out", default="gpu-check.md", help="the markdown report (default: gpu-check.md)")
+    p.add_argument("--trials-per-gpu", type=positive, default=TRIALS_PER_GPU, metavar="N",
+                   help=f"trials sharing the GPU in the trial-rate step (default {TRIALS_PER_GPU})")
     args = p.parse_args(argv)
     if not args.dry_run and not torch.cuda.is_available():
         print("vit-ablate gpu-check: no CUDA device visible; run it on a GPU machine, or pass --dry-run", file=sys.stderr)
@@ -153,9 +153,10 @@ def _check(args) -> int:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     title = "dry run on the CPU" if args.dry_run else torch.cuda.get_device_name(0)
     heading = f"## vit-ablate gpu-check{' --dry-run' if args.dry_run else ''}: {title}, {when}"
-    lines, failed, start = [heading, ""], [], time.time()
+    planned = f"planned {sum(PLAN_S.values())} s on one H200" if not args.dry_run else "tiny sizes on the CPU"
+    lines, failed, start = [heading, "", f"({planned}.)", ""], [], time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        plan = steps(args.dry_run, Path(tmp))
+        plan = steps(args.dry_run, Path(tmp), args.trials_per_gpu)
         for name, step in plan:
             began = time.time()
             print(f"gpu-check: {name} ...", flush=True)

@@ -72,10 +72,10 @@ def paired_family(name: str) -> str | None:
     return arch if arch in PAIRED else None
 
 
-def subjects(variant: str, img_size: int, patch_size: int, encodings: bool, with_timm: bool,
-             families: dict[str, str] | None = None) -> list[Subject]:
-    """REFERENCE, timm, then (with `encodings`) every other encoding with cls and every other pooling;
-    for each `families` arch -> variant, our model of that family and size and timm's."""
+def subjects(variant: str, img_size: int, patch_size: int, encodings: list[str] | bool, with_timm: bool,
+             families: dict[str, str] | None = None, poolings: bool = True) -> list[Subject]:
+    """ours with the default encoding and cls, timm, then with `encodings` (True: every one) each of them but the default with cls and
+    (with `poolings`) every other pooling; for each `families` arch -> variant, our model of that size and timm's."""
     out = [ours(variant, img_size, patch_size)]
     for arch, size in (families or {}).items():
         out += family_pair(arch, size, img_size, with_timm)
@@ -86,8 +86,9 @@ def subjects(variant: str, img_size: int, patch_size: int, encodings: bool, with
         else:
             out.append(reference)
     if encodings:
-        out += [ours(variant, img_size, patch_size, enc) for enc in ENCODINGS if enc != DEFAULT_ENCODING]
-        out += [ours(variant, img_size, patch_size, pooling=p) for p in POOLINGS if p != "cls"]
+        chosen = ENCODINGS if encodings is True else encodings
+        out += [ours(variant, img_size, patch_size, enc) for enc in chosen if enc != DEFAULT_ENCODING]
+        out += [ours(variant, img_size, patch_size, pooling=p) for p in POOLINGS if p != "cls" and poolings]
     return out
 
 

@@ -4,6 +4,7 @@ benchmarks glyphs and translated_mnist."""
 from __future__ import annotations
 
 import copy
+import os
 
 import lightning.pytorch as pl
 import torch
@@ -13,9 +14,9 @@ from torchvision import datasets
 from torchvision.transforms import v2
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import number_in
+from vit_lightning.bookkeeping import WORKERS_ENV, number_in
 from vit_lightning.compat.lightning import epoch_batches_done
-from vit_lightning.data.augment import BatchRandAugment
+from vit_lightning.data.augment import BatchRandAugment, random_crop_flip
 from vit_lightning.data.glyphs import Glyphs, TranslatedMnist
 from vit_lightning.data.resumable import ResumableLoader, ResumableSampler, run_seed
 from vit_lightning.data.sources import (
@@ -29,12 +30,16 @@ from vit_lightning.data.sources import (
     Mnist5k,
     Source,
     Synthetic,
+    SyntheticCifar,
     read_mnist5k,
     stratified_split,
 )
 
-__all__ = ["ViTDataModule", "DATASETS", "CIFAR10_STATS", "CIFAR100_STATS", "IMAGENET_STATS", "MNIST_STATS",
-           "read_mnist5k"]
+__all__ = ["ViTDataModule", "DATASETS", "AUGMENT_ON", "random_crop_flip", "CIFAR10_STATS", "CIFAR100_STATS",
+           "IMAGENET_STATS", "MNIST_STATS", "read_mnist5k"]
+
+AUGMENT_ON = ("auto", "cpu", "device")  # where in-memory training batches are augmented (auto: device on a GPU)
+
 
 SOURCES: dict[str, type[Source]] = {
     "mnist5k": Mnist5k,
@@ -42,6 +47,7 @@ SOURCES: dict[str, type[Source]] = {
     "cifar100": Cifar100,
     "imagefolder": ImageFolder,
     "synthetic": Synthetic,
+    "synthetic_cifar": SyntheticCifar,
     "glyphs": Glyphs,
     "translated_mnist": TranslatedMnist,
 }
@@ -71,46 +77,38 @@ class TensorImages(Dataset):
         return img, int(self.labels[i])
 
 
-def random_crop_flip(x: torch.Tensor, pad: int, flip: bool) -> torch.Tensor:
-    """Per-sample random crop (zero padding `pad`) and horizontal flip of (B, C, H, W), as one gather."""
-    b, c, h, w = x.shape
-    # v2.RandomCrop on a batch would draw one offset for all samples; draw one per sample instead.
-    x = F.pad(x, (pad, pad, pad, pad)) if pad else x
-    oy = torch.randint(0, 2 * pad + 1, (b, 1))
-    ox = torch.randint(0, 2 * pad + 1, (b, 1))
-    rows = oy + torch.arange(h)  # (B, H)
-    cols = torch.arange(w).expand(b, w)  # (B, W)
-    if flip:
-        cols = torch.where(torch.rand(b, 1) < 0.5, w - 1 - cols, cols)
-    cols = cols + ox
-    idx_b = torch.arange(b).view(b, 1, 1, 1)
-    idx_c = torch.arange(c).view(1, c, 1, 1)
-    return x[idx_b, idx_c, rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]  # (B, C, H, W)
-
-
 class BatchCollate:
-    """Stack uint8 samples into a normalised float batch; in train, RandAugment then crop/flip each sample first."""
+    """Stack uint8 samples into a normalised float batch; in train, RandAugment then crop/flip each sample first.
 
-    def __init__(self, mean, std, size: int, pad: int = 0, flip: bool = False, augment=None, resize: str = "zoom"):
+    `defer`: the collate only stacks, and `finish` augments and normalises the uint8 batch later, on its device
+    (data.augment_on=device); both paths run the same code and draw from the same global CPU RNG.
+    """
+
+    def __init__(self, mean, std, size: int, pad: int = 0, flip: bool = False, augment=None, defer: bool = False,
+                 resize: str = "zoom"):
         self.mean = torch.tensor(mean).view(1, -1, 1, 1) * 255  # stats are in [0, 1] units
         self.std = torch.tensor(std).view(1, -1, 1, 1) * 255
-        self.size, self.pad, self.flip, self.augment, self.resize = size, pad, flip, augment, resize
+        self.size, self.pad, self.flip, self.augment, self.defer = size, pad, flip, augment, defer
+        self.resize = resize
 
     def __call__(self, samples: list) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.stack([s[0] for s in samples])  # (B, C, H, W) uint8
+        y = torch.tensor([int(s[1]) for s in samples], dtype=torch.int64)  # (B,)
+        if self.defer:
+            return x, y
         # These ops are too small to gain from intra-op threads, and with num_workers=0 on a busy
         # CPU the fan-out stalls them (~3x); one thread is also what DataLoader workers use.
         prev = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            return self._collate(samples)
+            return self.finish(x), y
         finally:
             torch.set_num_threads(prev)
 
-    def _collate(self, samples: list) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.stack([s[0] for s in samples])  # (B, C, H, W) uint8
-        y = torch.tensor([int(s[1]) for s in samples], dtype=torch.int64)  # (B,)
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """Augment (ops drawn per sample), resize and normalise a uint8 (B, C, H, W) batch on its own device."""
         if self.augment is not None:
-            x = self.augment(x)  # (B, C, H, W) uint8, ops drawn per sample
+            x = self.augment(x)  # (B, C, H, W) uint8
         if self.pad or self.flip:
             x = random_crop_flip(x, self.pad, self.flip)
         if x.shape[-2:] != (self.size, self.size) and self.resize == "pad":
@@ -118,7 +116,20 @@ class BatchCollate:
         x = x.float()
         if x.shape[-2:] != (self.size, self.size):
             x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False)
-        return (x - self.mean) / self.std, y
+        mean, std = self._stats(x.device)
+        return (x - mean) / std
+
+    def _stats(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, std) on `device`, copied there once: a copy per batch would wait for the device every step."""
+        if device.type == "cpu":
+            return self.mean, self.std
+        if getattr(self, "_on_device", (None,))[0] != device:
+            self._on_device = (device, self.mean.to(device), self.std.to(device))
+        return self._on_device[1:]
+
+    def __getstate__(self) -> dict:
+        """Loader workers get the CPU statistics only, never a device's copy."""
+        return {k: v for k, v in self.__dict__.items() if k != "_on_device"}
 
 
 def centred(x: torch.Tensor, size: int) -> torch.Tensor:
@@ -188,6 +199,7 @@ class ViTDataModule(pl.LightningDataModule):
         task: str | None = None,
         resize: str = "zoom",
         glyph_scale: int = 1,
+        augment_on: str = "auto",
     ):
         """The dataset, its split and augmentation, and its loaders; every argument is a `--data.<name>` option.
 
@@ -213,11 +225,13 @@ class ViTDataModule(pl.LightningDataModule):
             resize: how a stored image of another side meets img_size: zoom (resized: the content changes scale)
                 or pad (centred on a larger zero canvas: the content keeps its scale, more tokens).
             glyph_scale: glyphs drawn that many times larger (each pixel a glyph_scale square), for large patches.
+            augment_on: where in-memory training batches are augmented and normalised: cpu (the loader's collate),
+                device (the whole batch on the training device, after the transfer), auto (device on a GPU).
         """
         super().__init__()
         self.save_hyperparameters()
         check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=holdout,
-                      task=task, resize=resize, glyph_scale=glyph_scale)
+                      task=task, resize=resize, glyph_scale=glyph_scale, augment_on=augment_on)
         # Constructing the source checks the data is there, so a bad root fails before any training.
         self.source = SOURCES[name](root, download, val_split, split_seed, img_size=img_size, task=task,
                                     glyph_scale=glyph_scale)
@@ -250,6 +264,12 @@ class ViTDataModule(pl.LightningDataModule):
             return "native"
         return "canvas" if self.hparams.resize == "pad" else "zoom"
 
+    @property
+    def workers(self) -> int:
+        """Loader workers: data.num_workers, at most the share a sweep slot gives this trial (WORKERS_ENV)."""
+        share = os.environ.get(WORKERS_ENV, "")
+        return min(self.hparams.num_workers, int(share)) if share.isdigit() else self.hparams.num_workers
+
     @override
     def prepare_data(self) -> None:
         self.source.prepare()
@@ -279,8 +299,17 @@ class ViTDataModule(pl.LightningDataModule):
             if hp.holdout:
                 self.train_set, self.val_set = held_out_folder(self.train_set, val_tf, hp.holdout, hp.split_seed)
         mean, std = src.stats
-        self.train_collate = BatchCollate(mean, std, self.img_size, **crop, resize=hp.resize)
+        self.train_collate = BatchCollate(mean, std, self.img_size, **crop, defer=self.augments_on_device(),
+                                          resize=hp.resize)
         self.val_collate = BatchCollate(mean, std, self.img_size, resize=hp.resize)
+
+    def augments_on_device(self) -> bool:
+        """Training batches are augmented on the training device (data.augment_on; auto: when that is a GPU)."""
+        choice = self.hparams.augment_on
+        if choice == "auto":
+            trainer = self.trainer
+            return self.source.in_memory and trainer is not None and trainer.strategy.root_device.type != "cpu"
+        return choice == "device"
 
     @override
     def train_dataloader(self) -> DataLoader:
@@ -312,7 +341,7 @@ class ViTDataModule(pl.LightningDataModule):
     def _loader(self, dataset, collate, shuffle: bool, **resumable) -> DataLoader:
         if dataset is None:
             raise RuntimeError("call setup() before asking for a dataloader")
-        workers = self.hparams.num_workers
+        workers = self.workers
         return (ResumableLoader if resumable else DataLoader)(
             dataset,
             batch_size=self.hparams.batch_size,
@@ -326,11 +355,13 @@ class ViTDataModule(pl.LightningDataModule):
 
     @override
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        """Mix the training batch on its device; validation batches pass unchanged."""
+        """Augment (data.augment_on=device) and mix the training batch on its device; validation batches pass unchanged."""
         trainer = self.trainer
-        if self.mixer is not None and trainer is not None and trainer.training:
-            return self.mix(*batch)
-        return batch
+        if trainer is None or not trainer.training:
+            return batch
+        if self.train_collate.defer:
+            batch = (self.train_collate.finish(batch[0]), batch[1])
+        return self.mix(*batch) if self.mixer is not None else batch
 
     def mix(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """MixUp/CutMix a batch: (B, C, H, W), int64 (B,) -> mixed (B, C, H, W), float (B, num_classes)."""
@@ -352,7 +383,7 @@ def held_out_folder(train: datasets.ImageFolder, val_tf, share: float, seed: int
 
 
 def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=0.0,
-                  task=None, resize="zoom", glyph_scale=1, **_) -> None:
+                  task=None, resize="zoom", glyph_scale=1, augment_on="auto", **_) -> None:
     """Reject bad options with one line, before anything is loaded (the sweep checks its trials with it)."""
     if name not in SOURCES:
         raise ValueError(f"unknown data.name {name!r}; valid: {', '.join(SOURCES)}")
@@ -394,4 +425,10 @@ def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alph
     if not number_in(mixup_alpha, 0, 1e3) or not number_in(cutmix_alpha, 0, 1e3):
         raise ValueError(f"data.mixup_alpha and data.cutmix_alpha must be >= 0, finite numbers in [0, 1000], "
                          f"got {mixup_alpha}, {cutmix_alpha}")
+    if augment_on not in AUGMENT_ON:
+        raise ValueError(f"unknown data.augment_on {augment_on!r}; valid: {', '.join(AUGMENT_ON)}")
+    if augment_on == "device" and not SOURCES[name].in_memory:
+        memory = ", ".join(n for n, source in SOURCES.items() if source.in_memory)
+        raise ValueError(f"data.augment_on=device needs a dataset held in memory ({memory}); {name} augments each "
+                         "image in its loader: use auto or cpu")
 

@@ -163,11 +163,27 @@ class Synthetic(Source):
         gen = torch.Generator().manual_seed(self.split_seed)
         layouts = torch.rand(self.num_classes, 3, 4, 4, generator=gen)  # one 4 x 4 colour layout per class
         y = torch.randperm(self.size, generator=gen) % self.num_classes  # (N,)
-        base = F.interpolate(layouts, size=32, mode="bilinear", align_corners=False)[y]  # (N, 3, 32, 32)
-        noise = torch.rand(self.size, 3, 32, 32, generator=gen)
-        x = ((0.6 * base + 0.4 * noise) * 255).round().to(torch.uint8)
-        tr, va = stratified_split(y, self.val_split, self.split_seed)
+        base = F.interpolate(layouts, size=32, mode="bilinear", align_corners=False)  # (K, 3, 32, 32)
+        x = torch.empty(self.size, 3, 32, 32, dtype=torch.uint8)
+        for start in range(0, self.size, 10_000):  # in chunks: a float copy of 60,000 images would be 0.7 GB
+            part = y[start:start + 10_000]
+            noise = torch.rand(len(part), 3, 32, 32, generator=gen)
+            x[start:start + 10_000] = ((0.6 * base[part] + 0.4 * noise) * 255).round().to(torch.uint8)
+        tr, va = self.split(y)
         return (x[tr], y[tr]), (x[va], y[va])
+
+    def split(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(train, val) indices: stratified by data.val_split."""
+        return stratified_split(labels, self.val_split, self.split_seed)
+
+
+class SyntheticCifar(Synthetic):
+    """`Synthetic` at CIFAR-10's size: 50,000 training and 10,000 validation images (data.val_split is not read)."""
+
+    size = 60_000
+
+    def split(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return stratified_split(labels, 1 / 6, self.split_seed)
 
 
 class ImageFolder(Source):

@@ -64,7 +64,10 @@ class GlobalAvgPool(nn.Module):
         return x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x).mean(dim=1)  # (B, N, D) -> (B, D)
+        # mean(LN(x) * g + b) = mean(LN(x)) * g + b: the affine on the pooled vector, not on every token
+        norm = self.norm
+        pooled = F.layer_norm(x, norm.normalized_shape, None, None, norm.eps).mean(dim=1)  # (B, N, D) -> (B, D)
+        return pooled * norm.weight + norm.bias
 
 
 class MeanThenNorm(GlobalAvgPool):

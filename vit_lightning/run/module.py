@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import lightning.pytorch as pl
@@ -11,6 +12,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
 from vit_lightning.bookkeeping import number_in, span
+from vit_lightning.compat.torch import batch_dynamic
 from vit_lightning.model import ViT, build_backbone
 from vit_lightning.model.config import check_choice
 from vit_lightning.run.transfer import RESAMPLE, Start, read_source
@@ -53,7 +55,8 @@ class ViTClassifier(pl.LightningModule):
             warmup_epochs: epochs (fractions allowed) of linear warm-up, counted in optimizer steps.
             schedule: decay after warm-up, per optimizer step: cosine, linear or constant.
             label_smoothing: cross-entropy label smoothing (also applied to mixup/cutmix soft targets).
-            compile: torch.compile the ViT (in place: parameter names and checkpoints stay the same).
+            compile: torch.compile the ViT's forward for training and for evaluation, each once (parameter names
+                and checkpoints stay the same; see `compiled_forwards`).
             init_from: start from a trained model: a run dir, a .ckpt, timm:NAME or timm:NAME@FILE (its
                 architecture options are taken from it; see transfer.py).
             pos_resample: how learned position tables follow a new data.img_size: bicubic, bilinear or nearest.
@@ -73,13 +76,15 @@ class ViTClassifier(pl.LightningModule):
         self.save_hyperparameters()
         num_classes = self.model.config.num_classes
         top5 = min(5, num_classes)
-        self.train_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
-        self.val_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
-        self.val_acc5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro")
-        self._loss_sums: dict[str, torch.Tensor] = {}  # stage -> (sum of loss x batch size, samples) this epoch
+        # validate_args=False: no shape and type checks in Python on every step; the model's (B, num_classes)
+        # logits and the data's class ids are valid by construction
+        accuracy = functools.partial(MulticlassAccuracy, num_classes, average="micro", validate_args=False)
+        self.train_acc, self.val_acc, self.val_acc5 = accuracy(top_k=1), accuracy(top_k=1), accuracy(top_k=top5)
+        # stage -> (sum of loss x batch size on the device, samples counted on the host) this epoch
+        self._loss_sums: dict[str, tuple[torch.Tensor, int]] = {}
         self.start: Start | None = None  # init_from as fit resolved it (FitCLI sets it); read here when built alone
         self._started_from = False  # the init_from weights are loaded once, by the first configure_model
-        self._compiled = False
+        self._compiled: dict | None = None  # model.compile: {"train": fn, "eval": fn} (compiled_forwards)
 
     @override
     def configure_model(self) -> None:
@@ -89,21 +94,24 @@ class ViTClassifier(pl.LightningModule):
             self.start = self.start or Start(read_source(hp.init_from), hp.pos_resample, hp.new_head)
             self.start.load_into(self.model)
         self._started_from = True
-        if self.hparams.compile and not self._compiled:  # configure_model runs again on every fit/validate/test
-            self.model.compile()
-            self._compiled = True
+        if self.hparams.compile and self._compiled is None:  # configure_model runs again on every fit/validate/test
+            self._compiled = compiled_forwards(self.model)
 
     @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x)  # (B, C, H, W) -> (B, num_classes)
+        if self._compiled is None:
+            return self.model(x)  # (B, C, H, W) -> (B, num_classes)
+        mode = "train" if self.training and torch.is_grad_enabled() else "eval"
+        return self._compiled[mode](batch_dynamic(x))
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Cross-entropy on class ids (B,) or soft targets (B, num_classes) from mixup/cutmix."""
         return F.cross_entropy(logits.float(), targets, label_smoothing=self.hparams.label_smoothing)
 
     # Per-step self.log calls and torchmetrics' forward (which also computes each batch's value) cost
-    # a tenth of a CPU demo trial; so the epoch's sums are kept here and logged once per epoch, and
-    # the per-step values only on the steps Lightning writes out (every trainer.log_every_n_steps).
+    # a tenth of a CPU demo trial, and on a GPU each host sync stalls the step; so the epoch's sums are
+    # kept on the device and logged once per epoch, and the per-step values only on the steps Lightning
+    # writes out (every trainer.log_every_n_steps): a training step reads nothing back from the device.
     @override
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         images, targets = batch
@@ -143,15 +151,17 @@ class ViTClassifier(pl.LightningModule):
         self._log_epoch("val", {"acc": self.val_acc, "acc5": self.val_acc5})
 
     def _add_loss(self, stage: str, loss: torch.Tensor, n: int) -> None:
-        """Add a batch's mean loss, weighted by its size, to the epoch's (sum, count)."""
-        batch = torch.stack([loss.detach().float() * n, loss.new_tensor(float(n))])
-        self._loss_sums[stage] = self._loss_sums[stage] + batch if stage in self._loss_sums else batch
+        """Add a batch's mean loss, weighted by its size, to the epoch's (sum, count); no host-to-device copy."""
+        total, count = self._loss_sums.get(stage, (0.0, 0))
+        self._loss_sums[stage] = (loss.detach().float() * n + total, count + n)
 
     def _log_epoch(self, stage: str, metrics: dict) -> None:
         """Log the epoch's mean loss and the torchmetrics' values, both over every rank's samples."""
         if stage not in self._loss_sums:
             return
-        total, count = self.trainer.strategy.reduce(self._loss_sums.pop(stage), reduce_op="sum")
+        total, count = self._loss_sums.pop(stage)
+        sums = torch.stack([total, total.new_tensor(float(count))])  # once an epoch
+        total, count = self.trainer.strategy.reduce(sums, reduce_op="sum")
         values = {"loss": total / count}
         for name, metric in metrics.items():  # compute() syncs a metric's counts across ranks
             values[name] = metric.compute()
@@ -185,6 +195,25 @@ class ViTClassifier(pl.LightningModule):
         if not math.isfinite(batches) or batches <= 0:
             return float(total)
         return math.ceil(batches / self.trainer.accumulate_grad_batches)
+
+
+def compiled_forwards(model: torch.nn.Module) -> dict:
+    """{"train": fn, "eval": fn}: the model's forward compiled twice, as two functions.
+
+    One compiled forward would recompile on every switch between training and validation (grad mode and
+    the modules' training flags are guards) and on each split's short last batch. Two functions are two
+    code objects with a compile cache each, so each compiles once; the caller marks the batch dimension
+    dynamic, so a short batch reuses the graph. Analyses after fit (few-shot, shuffled patches) call the
+    model itself, eagerly: they would otherwise compile graphs used once.
+    """
+
+    def train(x: torch.Tensor) -> torch.Tensor:
+        return model(x)
+
+    def evaluate(x: torch.Tensor) -> torch.Tensor:
+        return model(x)
+
+    return {"train": torch.compile(train), "eval": torch.compile(evaluate)}
 
 
 def decay_groups(model: ViT, weight_decay: float) -> list[dict]:

@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import WandbLogger
 from typing_extensions import override
 
 from vit_lightning.bookkeeping import BEST_METRIC, now, one_line
+from vit_lightning.compat.torch import compile_seconds
 from vit_lightning.identity import number, plain
 from vit_lightning.run.callbacks import DivergenceStop, stop_signal
 from vit_lightning.run.rundir import load_record, write_record
@@ -72,13 +73,16 @@ class RunRecord(pl.Callback):
         self.directory, self.config, self.facts, self.divergence = Path(directory), config, facts, divergence
         self.history: list[dict] = []
         self.previous: dict | None = None  # the record fit read once it held the run dir (None: read it here)
-        self.seconds = {"wall": 0.0, "train": 0.0}  # totals over attempts, up to the last checkpoint
+        self.seconds = {"wall": 0.0, "train": 0.0, "compile": 0.0}  # totals over attempts, up to the last checkpoint
         self.train_images = 0
         self.record: dict = {}
         self.extra_metrics: dict[str, float] = {}  # computed outside the epoch loop (few-shot accuracies)
         self.recovery: str | None = None  # set by fit when it had to drop a corrupt record or checkpoint
-        self._start = self._tick = 0.0
+        self._start = self._tick = self._compile_start = 0.0
         self._validated = False
+        self._epoch = [0, 0.0]  # this epoch's (train images, train seconds)
+        self._steady = [0, 0.0]  # the same over the epochs after the first this process trained (no warm-up, compile)
+        self._epochs_here = 0
 
     # --- state carried in the checkpoint -------------------------------------------------------------
     @override
@@ -88,7 +92,7 @@ class RunRecord(pl.Callback):
     @override
     def load_state_dict(self, state: dict) -> None:
         self.history = list(state["history"])
-        self.seconds = dict(state["seconds"])
+        self.seconds = {"compile": 0.0, **state["seconds"]}  # a checkpoint from before compile time was kept
         self.train_images = int(state["train_images"])
 
     def add_metrics(self, values: dict[str, float]) -> None:
@@ -99,6 +103,7 @@ class RunRecord(pl.Callback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._start = time.perf_counter()
+        self._compile_start = compile_seconds()  # torch.compile's time is counted per process
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -114,13 +119,16 @@ class RunRecord(pl.Callback):
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._tick = time.perf_counter()
         self._validated = False
+        self._epoch = [0, 0.0]
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         now_ = time.perf_counter()
-        self.seconds["train"] += now_ - self._tick
+        took, images = now_ - self._tick, batch[0].shape[0] * trainer.world_size
+        self.seconds["train"] += took
         self._tick = now_
-        self.train_images += batch[0].shape[0] * trainer.world_size
+        self.train_images += images
+        self._epoch = [self._epoch[0] + images, self._epoch[1] + took]
 
     @override
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
@@ -132,6 +140,9 @@ class RunRecord(pl.Callback):
 
     @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._epochs_here += 1
+        if self._epochs_here > 1:
+            self._steady = [self._steady[0] + self._epoch[0], self._steady[1] + self._epoch[1]]
         if not self._validated:
             return
         metrics = {k: plain(number(trainer.callback_metrics.get(k))) for k in HISTORY_KEYS}  # non-finite: None
@@ -170,7 +181,7 @@ class RunRecord(pl.Callback):
             "status": "running", "config": cfg, "metrics": {}, "history": self.history,
             "compute": {
                 **self.facts, "device": trainer.strategy.root_device.type, "num_devices": trainer.world_size,
-                "precision": str(trainer.precision),
+                "precision": str(trainer.precision), **loader_facts(trainer.datamodule),
             },
             "versions": versions(), "wandb": _wandb_info(trainer), "error": None, "recovery": self.recovery,
             "started_at": (previous.get("started_at") if self.history else None) or now(), "finished_at": None,
@@ -178,7 +189,8 @@ class RunRecord(pl.Callback):
         }
 
     def _totals(self) -> dict[str, float]:
-        return {"wall": self.seconds["wall"] + time.perf_counter() - self._start, "train": self.seconds["train"]}
+        return {"wall": self.seconds["wall"] + time.perf_counter() - self._start, "train": self.seconds["train"],
+                "compile": self.seconds["compile"] + compile_seconds() - self._compile_start}
 
     def _update(self, trainer: pl.Trainer) -> None:
         rec, last = self.record, (self.history[-1] if self.history else {})
@@ -187,9 +199,13 @@ class RunRecord(pl.Callback):
                           "epochs": len(self.history), "steps": trainer.global_step, **self.extra_metrics}
         totals = self._totals()
         rec["compute"]["wall_s"] = round(totals["wall"], 2)
-        rec["compute"]["train_images_per_s"] = (
-            round(self.train_images / totals["train"], 1) if totals["train"] > 0 else None
-        )
+        rec["compute"]["train_images_per_s"] = rate(self.train_images, totals["train"])
+        if self.config.get("model.compile"):  # inside the first steps' time: what compiling cost this run
+            rec["compute"]["compile_s"] = round(totals["compile"], 1)
+        # the last epoch's rate (what a sweep adds up over its running trials), and the rate after this process's
+        # first epoch: the steady state, without the warm-up, the loader's start and compilation
+        rec["compute"]["epoch_images_per_s"] = rate(*self._epoch)
+        rec["compute"]["steady_images_per_s"] = rate(*self._steady)
 
     def _finish(self, trainer: pl.Trainer, status: str) -> None:
         self._update(trainer)
@@ -198,6 +214,18 @@ class RunRecord(pl.Callback):
 
     def _write(self) -> None:
         write_record(self.directory, self.record)
+
+
+def loader_facts(data) -> dict[str, Any]:
+    """The loader workers a run used (data.num_workers, at most its sweep slot's share) and where it augmented."""
+    if data is None or not hasattr(data, "workers"):
+        return {}
+    return {"loader_workers": data.workers, "augment_on": "device" if data.augments_on_device() else "cpu"}
+
+
+def rate(images: int, seconds: float) -> float | None:
+    """Images per second, to 0.1; None without any time."""
+    return round(images / seconds, 1) if seconds > 0 else None
 
 
 def _wandb_info(trainer: pl.Trainer) -> dict | None:

@@ -22,6 +22,7 @@ examples:
   vit-ablate sweep pos_encoding                          # demo profile, local backend, one trial after another
   vit-ablate sweep pos_encoding --dry-run                # print every trial's command line
   vit-ablate sweep cls_vs_gap --profile cifar10 --parallel 4          # 4 trials at once, 1/4 of the GPUs each
+  vit-ablate sweep pos_encoding --profile cifar10 --trials-per-gpu 3  # 3 trials on each GPU at once
   vit-ablate sweep sweeps/patch_size-demo.yaml --set trainer.max_epochs=1
   vit-ablate sweep pos_encoding --profile imagenet --backend wandb --gpus-per-agent 8
   vit-ablate sweep pos_encoding --profile imagenet --backend wandb --gpus-per-agent 2 --agents 4 --print-sbatch > job.sh
@@ -44,12 +45,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=positive, help="at most N trials (random sweeps need this or run_cap)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed of a local random sweep")
     p.add_argument("--ablations-dir", type=Path, metavar="DIR", help="also load ablations from DIR/<name>.py")
+    p.add_argument("--trials-per-gpu", type=positive, default=1, metavar="N",
+                   help="N trials share each GPU (group): N local slots or N W&B agents per group, each with its "
+                        "share of the CPUs for loader workers (small models leave a GPU mostly idle)")
     p.add_argument("--trial-config", type=int, metavar="N",
                    help="print trial N's full fit config (YAML for `vit-ablate fit --config`, e.g. under srun); "
                         "run nothing")
     local_ = p.add_argument_group("local backend")
-    local_.add_argument("--parallel", type=positive, default=1, metavar="K",
-                        help="K trials at once, each on 1/K of the visible GPUs (or of the CPU threads)")
+    local_.add_argument("--parallel", type=positive, metavar="K",
+                        help="K trials at once, each on 1/K of the visible GPUs (or of the CPU threads); default 1, "
+                             "or with --trials-per-gpu one group per GPU")
     local_.add_argument("--retry-failed", action="store_true", help="run failed trials again")
     local_.add_argument("--repair", action="store_true",
                         help="rebuild a damaged bayes journal from the records (a damaged sweep state is rebuilt "
@@ -201,9 +206,10 @@ def check_sources(all_trials: list[trials.Trial], args) -> None:
 
 
 def local_groups(args) -> list[list[str]]:
-    """The local backend's GPU group per slot: --parallel K splits the visible GPUs."""
+    """The local backend's GPU groups: --parallel K splits the visible GPUs (--trials-per-gpu alone: one per GPU)."""
+    groups = args.parallel or (None if args.trials_per_gpu > 1 else 1)
     try:
-        return supervise.split_gpus(supervise.visible_gpus(), groups=args.parallel)
+        return supervise.split_gpus(supervise.visible_gpus(), groups=groups)
     except ValueError as err:
         raise SweepError(f"--parallel {args.parallel}: {err}") from None
 
@@ -216,22 +222,24 @@ def bayes_searches(configs: list[dict], args, gpus: int) -> list:
 
 
 def run_local(all_trials: list[trials.Trial], groups: list[list[str]], args, searches=()) -> int:
-    slots = supervise.slot_envs(groups)
+    slots = supervise.slot_envs(groups, per_group=args.trials_per_gpu)
     return local.Runner(all_trials, slots, retry_failed=args.retry_failed, fork=not args.fresh_processes,
                         searches=searches).run()
 
 
 def print_local_sbatch(configs: list[dict], args) -> int:
     """A job script whose array tasks run the local backend on this run root (a filesystem every node shares)."""
-    gpus = args.parallel if uses_gpus(configs) else 0  # one GPU per slot, as --parallel splits the job's GPUs
+    parallel = args.parallel or 1
+    gpus = parallel if uses_gpus(configs) else 0  # one GPU per group, as --parallel splits the job's GPUs
     checked_trials(configs, args, gpus=1 if gpus else 0)  # every trial checked now, as the job will check them
     flags = [flag for flag, on in (("--retry-failed", args.retry_failed), ("--fresh-processes", args.fresh_processes))
              if on]
-    argv = job_argv(args, "local", [("--parallel", args.parallel)], flags)
+    argv = job_argv(args, "local", [("--parallel", parallel), ("--trials-per-gpu", per_gpu_option(args))], flags)
     name = job_name(args)
     shares = ("Every task of this script (sbatch --array=1-N) takes the trials no other live process holds "
               "on this run root.")
-    return print_lines([jobscript.sbatch_script(argv, name, gpus, job_cpus(configs, args.parallel, 1), shares)])
+    cpus = job_cpus(configs, parallel, 1, args.trials_per_gpu)
+    return print_lines([jobscript.sbatch_script(argv, name, gpus, cpus, shares)])
 
 
 def run_wandb(configs: list[dict], args) -> int:
@@ -260,21 +268,35 @@ def run_wandb(configs: list[dict], args) -> int:
     if args.print_sbatch:
         gpus = (args.agents or 1) * (args.gpus_per_agent or 1) if uses_gpus(configs) else 0
         name = job_name(args)
-        cpus = job_cpus(configs, args.agents or 1, args.gpus_per_agent or 1)
+        cpus = job_cpus(configs, args.agents or 1, args.gpus_per_agent or 1, args.trials_per_gpu)
         shares = "Every job (and array task) of this script joins the same W&B sweeps, each on its own node."
         entity = args.entity or (paths[0].split("/")[0] if paths and paths[0].count("/") == 2 else None)
         argv = job_argv(args, "wandb", [("--project", args.project), ("--entity", entity), ("--agents", args.agents),
                                         ("--gpus-per-agent", args.gpus_per_agent),
+                                        ("--trials-per-gpu", per_gpu_option(args)),
                                         *(("--sweep-id", path) for path in paths)])
         return print_lines([jobscript.sbatch_script(argv, name, gpus, cpus, shares)])
-    agents = wandb_backend.agent_commands(paths, groups, args.count, wandb_backend.wandb_command())
+    agents = wandb_backend.agent_commands(paths, groups, args.count, wandb_backend.wandb_command(), args.trials_per_gpu)
     return wandb_backend.run_agents(agents, args.stagger)
 
 
-def job_cpus(configs: list[dict], agents: int, gpus_per_agent: int) -> int:
-    """CPUs a node of the job script needs: each trial process's loader workers (data.num_workers) plus itself."""
-    workers = max((c["parameters"].get("data.num_workers", {}).get("value") or 0 for c in configs), default=0)
-    return agents * gpus_per_agent * (int(workers) + 1)
+def job_cpus(configs: list[dict], agents: int, gpus_per_agent: int, per_gpu: int = 1) -> int:
+    """CPUs a node of the job script needs: each training process's loader workers (data.num_workers, split among
+    the trials sharing a GPU) plus itself; the sweep then gives each slot that share (supervise.loader_share)."""
+    workers = int(max((c["parameters"].get("data.num_workers", {}).get("value") or 0 for c in configs), default=0))
+    share = max(1, workers // per_gpu) if workers else 0
+    return agents * gpus_per_agent * per_gpu * (share + 1)
+
+
+def slot_lines(groups: list[list[str]], per_gpu: int) -> list[str]:
+    """The local backend's slots as comment lines: what each one adds to its trials' environment."""
+    envs = supervise.slot_envs(groups, per_group=per_gpu)
+    return [f"# slot {k}: " + " ".join(f"{key}={value}" for key, value in env.items()) for k, env in enumerate(envs, 1)]
+
+
+def per_gpu_option(args) -> int | None:
+    """--trials-per-gpu for a job script's command (None, left out, at its default)."""
+    return args.trials_per_gpu if args.trials_per_gpu > 1 else None
 
 
 def job_name(args) -> str:
@@ -334,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
             searches = bayes_searches(configs, args, gpus=len(groups[0]))
             repair.check(all_trials, searches, args.repair, args.dry_run, log=lambda m: print(m, file=sys.stderr))
             if args.dry_run:
-                return print_lines([t.shell() for t in all_trials] + [f"# {s.describe()}" for s in searches])
+                slots = slot_lines(groups, args.trials_per_gpu) if args.trials_per_gpu > 1 else []
+                return print_lines([t.shell() for t in all_trials] + [f"# {s.describe()}" for s in searches] + slots)
             check_sources(all_trials, args)
             return run_local(all_trials, groups, args, searches)
         return run_wandb(configs, args)

@@ -33,7 +33,7 @@ def sbatch_script(sweep_argv: list[str], job_name: str, gpus: int, cpus: int, sh
     lines = ["#!/bin/bash", f"#SBATCH --job-name={job_name}", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1"]
     if gpus:
         lines.append(f"#SBATCH --gpus-per-node={gpus}")
-    why = "data.num_workers per GPU, plus one per trial process"
+    why = "data.num_workers per GPU (split among the trials sharing it), plus one per trial process"
     if cpus > CPU_CAP:
         lines.append(f"#SBATCH --cpus-per-task={CPU_CAP}   # edit: {cpus} wanted ({why}), at most the node's CPUs")
     else:

@@ -50,6 +50,12 @@ def clock(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+def images_per_s(record: dict | None) -> float | None:
+    """A trial's training rate from its record: its last epoch's, else its whole run's; None before an epoch."""
+    compute = (record or {}).get("compute") or {}
+    return compute.get("epoch_images_per_s") or compute.get("train_images_per_s")
+
+
 class State:
     """Trial id -> {status, attempts, command, rc, record, ...} in one JSON file per run folder.
 
@@ -139,6 +145,7 @@ class Runner:
         self.supervisor = Supervisor(self.log)
         self.index = {t.id: k for k, t in enumerate(trials, 1)}
         self.queue: list[Trial] = []
+        self.running: dict[str, Trial] = {}  # trial id -> trial, while its process runs
         self.durations: list[float] = []
         self.counts = {"completed": 0, "diverged": 0, "failed": 0, "interrupted": 0, "busy": 0, "done": 0,
                        "stopped_early": 0}
@@ -267,6 +274,8 @@ class Runner:
             if proc is None:
                 return
             t0 = time.monotonic()
+            with self.supervisor.lock:
+                self.running[trial.id] = trial
             self.state.update(trial, status="running", pid=proc.pid, host=socket.gethostname(), attempts=attempts,
                               started_at=now(), rc=None)
             where = f" (log: {log_path})" if parallel else ""
@@ -277,6 +286,8 @@ class Runner:
                 rc, died = None, str(error)
                 self.log(f"[sweep] trial {k}/{n}: {died}")
         finally:
+            with self.supervisor.lock:
+                self.running.pop(trial.id, None)
             if out:
                 out.close()
         self._finish(trial, rc, time.monotonic() - t0, died)
@@ -304,9 +315,20 @@ class Runner:
             left = self.total - finished
             eta = sum(self.durations) / len(self.durations) * left / len(self.slots) if self.durations else 0.0
         why = f" ({error})" if error else ""
-        self.log(f"[sweep] trial {self.index[trial.id]}/{len(self.trials)} {status} in {clock(seconds)}{why} | "
-                 f"{finished}/{self.total} run | elapsed {clock(time.monotonic() - self.start)} | "
+        own = images_per_s(record)
+        own = f" at {own:,.0f} img/s" if own else ""
+        self.log(f"[sweep] trial {self.index[trial.id]}/{len(self.trials)} {status} in {clock(seconds)}{own}{why} | "
+                 f"{finished}/{self.total} run{self._throughput()} | elapsed {clock(time.monotonic() - self.start)} | "
                  f"~{clock(eta)} left")
+
+    def _throughput(self) -> str:
+        """' | K running: R img/s' over the trials running now (each its last epoch's rate), or '' when none."""
+        with self.supervisor.lock:
+            running = list(self.running.values())
+        if not running:
+            return ""
+        total = sum(images_per_s(find_record(t)) or 0.0 for t in running)
+        return f" | {len(running)} running: {total:,.0f} img/s"
 
     def _count(self, outcome: str, seconds: float | None = None) -> None:
         with self.supervisor.lock:

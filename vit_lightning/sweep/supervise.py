@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from vit_lightning.bookkeeping import GRACE_ENV, SWEEP_PID_ENV
+from vit_lightning.bookkeeping import GRACE_ENV, SWEEP_PID_ENV, WORKERS_ENV
 from vit_lightning.sweep.forkserver import WorkerDied
 
 GRACE_S = float(os.environ.get(GRACE_ENV, 60.0))  # after forwarding a stop signal, wait this long before killing
@@ -73,14 +73,32 @@ def split_gpus(gpus: list[str], groups: int | None = None, per_group: int | None
     return [gpus[i * per_group:(i + 1) * per_group] for i in range(groups)]
 
 
-def slot_envs(groups: list[list[str]], cpus: int | None = None) -> list[dict[str, str]]:
-    """One env overlay per slot: its CUDA_VISIBLE_DEVICES group, or without GPUs an equal share of the CPU threads."""
+def slot_envs(groups: list[list[str]], cpus: int | None = None, per_group: int = 1) -> list[dict[str, str]]:
+    """One env overlay per slot: its CUDA_VISIBLE_DEVICES group, or without GPUs an equal share of the CPU threads.
+
+    `per_group` trials share each group: slot k runs on group k mod len(groups) (so a sweep's last few trials
+    spread over the GPUs), and each slot gets its share of the CPUs for loader workers (WORKERS_ENV).
+    """
+    if per_group < 1:
+        raise ValueError(f"need at least 1 trial per GPU, got {per_group}")
+    slots = [groups[k % len(groups)] for k in range(len(groups) * per_group)]
+    cpus = cpus or len(os.sched_getaffinity(0))
     if any(groups):
-        return [{"CUDA_VISIBLE_DEVICES": ",".join(g)} for g in groups]
-    if len(groups) == 1:
+        envs = [{"CUDA_VISIBLE_DEVICES": ",".join(g)} for g in slots]
+    elif len(slots) == 1:
         return [{}]
-    threads = str(max(1, (cpus or len(os.sched_getaffinity(0))) // len(groups)))
-    return [{"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads} for _ in groups]
+    else:
+        threads = str(max(1, cpus // len(slots)))
+        envs = [{"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads} for _ in slots]
+    if per_group > 1:  # one trial per GPU keeps its data.num_workers: the machine is sized for the profile
+        share = str(loader_share(cpus, sum(max(1, len(g)) for g in slots)))
+        envs = [{**env, WORKERS_ENV: share} for env in envs]
+    return envs
+
+
+def loader_share(cpus: int, processes: int) -> int:
+    """Loader workers per training process: one CPU for each process itself, the rest split evenly (at least 1)."""
+    return max(1, (cpus - processes) // processes)
 
 
 def descendants(pid: int) -> list[int]:

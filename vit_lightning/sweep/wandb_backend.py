@@ -63,12 +63,13 @@ def agent_env(base: Mapping[str, str], overlay: Mapping[str, str]) -> dict[str, 
 
 
 def agent_commands(sweep_paths: list[str], groups: list[list[str]], count: int | None = None,
-                   wandb_cmd: tuple[str, ...] = ("wandb",)) -> list[Agent]:
-    """The agents to start: each runs `wandb agent [--count N] ENTITY/PROJECT/ID` for every sweep, pinned to its group."""
+                   wandb_cmd: tuple[str, ...] = ("wandb",), per_group: int = 1) -> list[Agent]:
+    """The agents to start: each runs `wandb agent [--count N] ENTITY/PROJECT/ID` for every sweep, pinned to its group
+    (`per_group` agents on each group, each with its share of the loader workers: supervise.slot_envs)."""
     # --forward-signals: the agent relays our SIGINT/SIGTERM to its run (which sits in its own process group)
     extra = ("--forward-signals",) + (("--count", str(count)) if count else ())
     commands = tuple((*wandb_cmd, "agent", *extra, path) for path in sweep_paths)
-    return [Agent(commands, env) for env in slot_envs(groups)]
+    return [Agent(commands, env) for env in slot_envs(groups, per_group=per_group)]
 
 
 def check_devices(configs: list[dict], group_size: int) -> None:
