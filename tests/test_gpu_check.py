@@ -9,7 +9,7 @@ from vit_lightning.cli import main
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # five steps, four of them start fit processes or compile
+@pytest.mark.timeout(900)  # five steps that start four fit processes and compile five models
 def test_dry_run_passes_every_step_and_writes_one_report(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "report.md"
