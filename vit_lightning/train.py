@@ -29,7 +29,7 @@ from vit_lightning.analysis import fewshot
 from vit_lightning.analysis.evaluate import StartAccuracy
 from vit_lightning.analysis.shuffle import PERMUTATIONS, ShuffledAccuracy
 from vit_lightning.bookkeeping import GRACE_ENV, LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY, SWEEP_PID_ENV, describe
-from vit_lightning.compat.lightning import set_collective_timeout
+from vit_lightning.compat.lightning import append_help, set_collective_timeout
 from vit_lightning.data.datamodule import SOURCES, ViTDataModule
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
@@ -108,7 +108,7 @@ class FitCLI(LightningCLI):
         parser.set_defaults({key: demo[key] for key in DEMO})
         for key in LINKED:
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
-        list_choices(parser)
+        append_help(parser, {dest: f"Choices: {values}." for dest, values in option_choices().items()})
 
     @override
     def parse_arguments(self, parser, args) -> None:
@@ -271,14 +271,6 @@ def option_choices() -> dict[str, str]:
     return {**{f"model.{name}": text for name, text in model_choices().items()},
             "model.optimizer": ", ".join(OPTIMIZERS), "model.schedule": ", ".join(SCHEDULES),
             "model.pos_resample": ", ".join(RESAMPLE), "data.name": ", ".join(SOURCES)}
-
-
-def list_choices(parser) -> None:
-    """Each choice option's `--help` ends with its valid values."""
-    choices = option_choices()
-    for action in parser._actions:
-        if action.dest in choices:
-            action.help = f"{(action.help or '').rstrip()} Choices: {choices[action.dest]}."
 
 
 def fit_parser():

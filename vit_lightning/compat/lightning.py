@@ -41,3 +41,10 @@ def loop_classes() -> tuple[type, type]:
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
     return _TrainingEpochLoop, _EvaluationLoop
+
+
+def append_help(parser, additions: dict[str, str]) -> None:
+    """Add text to the `--help` of options of LightningCLI's parser (by dest); argparse keeps them in `_actions`."""
+    for action in parser._actions:
+        if action.dest in additions:
+            action.help = f"{(action.help or '').rstrip()} {additions[action.dest]}"
