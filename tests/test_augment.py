@@ -84,7 +84,7 @@ def device_path(randaugment=True, batch_size=64):
 
     dm = ViTDataModule("synthetic", batch_size=batch_size, randaugment=randaugment, augment_on="device")
     dm.setup("fit")
-    dm.trainer = SimpleNamespace(training=True)  # what on_after_batch_transfer reads of the trainer
+    dm.trainer = SimpleNamespace(training=True, world_size=1, global_rank=0)  # what on_after_batch_transfer reads of the trainer
     return dm
 
 

@@ -173,7 +173,7 @@ def _kind(cls) -> str:
         return "attention bias"
     if cls.conditional:
         return "module on the token grid"
-    return "none" if cls is NoEncoding else "table added to the tokens"
+    return "no position" if cls is NoEncoding else "table added to the tokens"
 
 
 def encodings_page() -> str:

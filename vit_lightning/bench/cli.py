@@ -36,6 +36,7 @@ from vit_lightning.bench.timing import (
 )
 from vit_lightning.compat.torch import allow_recompiles
 from vit_lightning.model import ENCODINGS, VARIANTS, ViT
+from vit_lightning.model.position import NO_POSITION
 
 SCHEMA = 1
 
@@ -245,7 +246,7 @@ def chosen_encodings(args) -> list[str]:
     unknown = [name for name in args.encodings if name not in ENCODINGS]
     if unknown:
         raise ValueError(f"--encodings {unknown[0]}: unknown; valid: {', '.join(ENCODINGS)}")
-    return [e for e in ENCODINGS if not args.encodings or e in ("none", "learned_1d", *args.encodings)]
+    return [e for e in ENCODINGS if not args.encodings or e in (NO_POSITION, DEFAULT_ENCODING, *args.encodings)]
 
 
 def main(argv: list[str]) -> int:

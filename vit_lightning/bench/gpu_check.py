@@ -23,8 +23,10 @@ import torch
 
 from vit_lightning.bench import cli as bench
 from vit_lightning.bench import profile_run
+from vit_lightning.bench.models import DEFAULT_ENCODING
 from vit_lightning.bench.profile_run import FIT_COMMON, fit, rate_fit_args
 from vit_lightning.bench.report import render_markdown
+from vit_lightning.model import ENCODINGS
 from vit_lightning.sweep.cli import positive
 
 # The bench's arguments on the GPU and in the dry run (tiny sizes, one round, the CPU's own profile).
@@ -39,7 +41,7 @@ DRY_BENCH = ["--variant", "micro", "--img-size", "16", "--patch-size", "8", "--b
 # Dry run: inductor's C++ build of every graph takes minutes on a small CPU, so compiled runs trace through
 # dynamo and AOTAutograd only (aot_eager); tests/test_compile.py runs inductor on the CPU.
 DRY_COMPILE = ["--compile-backend", "aot_eager"]
-DRY_ENCODINGS = ["rope_mixed"]
+DRY_ENCODINGS = [next(name for name, kind in ENCODINGS.items() if kind.rotary)]  # one rotation
 TRIALS_PER_GPU = 3  # the trial-rate step's N (the sweep's --trials-per-gpu), unless --trials-per-gpu says otherwise
 
 # Seconds each step is planned to take on one H200, from the rates measured there (torch 2.11, bf16): a B/16 step
@@ -86,8 +88,8 @@ def run_bench(argv: list[str]) -> dict:
 
 
 def step_rate(report: dict) -> float | None:
-    """The bench's eager bf16 img/s of ours learned_1d/cls (the cifar10 profile's model) in a report."""
-    return next((r["images_per_s"] for r in report["models"] if r["name"] == "ours learned_1d/cls"
+    """The bench's eager bf16 img/s of ours with the default encoding and cls (the cifar10 profile's model)."""
+    return next((r["images_per_s"] for r in report["models"] if r["name"] == f"ours {DEFAULT_ENCODING}/cls"
                  and r["precision"] == "bf16" and not r["compiled"]), None)
 
 

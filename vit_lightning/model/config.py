@@ -29,7 +29,7 @@ class SharedOptions:
     Every field is also a `vit-ablate fit` option, `--model.<field>`, with this docstring as its help.
 
     Args:
-        arch: the backbone family: vit or swin.
+        arch: the backbone family.
         variant: size preset (vit: micro is the CPU demo size, Ti, S, B, L, H the paper's and DeiT's;
             swin: micro, T, S, B, L).
         img_size: input side in pixels, or (height, width); `fit` sets it from the data.

@@ -10,12 +10,11 @@ the reason.
 
 from __future__ import annotations
 
-import re
-
 import torch
 from torch import nn
 
 from vit_lightning.model.rope import DEFAULT_THETA
+from vit_lightning.model.timm_names import rename
 
 _BLOCK = r"^blocks\.(\d+)\.((norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)\.(weight|bias))$"
 _RULES = [(r"^cls_token$", "pool.token"), (r"^patch_embed\.proj\.(weight|bias)$", r"stem.proj.\1"),
@@ -119,7 +118,7 @@ def _translate(model, eva) -> dict[str, torch.Tensor]:
             ours["pos.parts.0.table"] = tensor[0]  # (1, N, D) -> (N, D): patch rows only (no_embed_class)
         elif name == "rope.freqs":  # (2, depth, h, hd/2) -> each block's (2, h, hd/2)
             ours.update({f"pos.rotations.{i}.freqs": tensor[:, i] for i in range(tensor.shape[1])})
-        elif target := next((re.sub(p, t, name) for p, t in _RULES if re.match(p, name)), None):
+        elif target := rename(name, _RULES):
             ours[target] = tensor
         else:
             raise ValueError(f"timm weights have a parameter this ViT has no place for: {name}")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import torch
 from torch import nn
+
+from vit_lightning.model.timm_names import rename
 
 # timm name pattern -> our name
 _RULES = [
@@ -69,7 +69,7 @@ def load_timm_swin(model, swin: nn.Module) -> None:
     for name, tensor in swin.state_dict().items():
         if name.endswith(("relative_position_index", "attn_mask")):
             continue  # buffers both sides derive from the sizes
-        target = next((re.sub(p, t, name) for p, t in _RULES if re.match(p, name)), None)
+        target = rename(name, _RULES)
         if target is None:
             unexpected.append(name)
         elif name.endswith("relative_position_bias_table"):

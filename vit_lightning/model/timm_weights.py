@@ -19,6 +19,7 @@ from torch import nn
 
 from vit_lightning.model.family import family_of
 from vit_lightning.model.timm_eva import eva_options, is_eva, load_timm_eva
+from vit_lightning.model.timm_names import rename
 
 # timm name pattern -> our name; the first matching rule wins, a name matching none is unexpected
 _RULES = [
@@ -47,10 +48,7 @@ def _rename(name: str, norm: str) -> str | None:
     """Our name for a timm parameter; `norm` is the timm module ('norm' or 'fc_norm') that is our pooling norm."""
     if re.match(rf"^{norm}\.(weight|bias)$", name):
         return "pool.norm." + name.rsplit(".", 1)[1]
-    for pattern, target in _RULES:
-        if re.match(pattern, name):
-            return re.sub(pattern, target, name)
-    return None
+    return rename(name, _RULES)
 
 
 def _is(module, kind: type) -> bool:

@@ -77,7 +77,7 @@ def _equivalence(data: Data, ref: str, family: dict) -> str | None:
     if margin <= 0 or not tested:
         return None
     alike = [name for name, c in tested if c.equivalent]
-    text = f"equivalent to {ref} within ±{margin:g} (TOST, Holm): " + (join(alike) if alike else "none")
+    text = f"equivalent to {ref} within ±{margin:g} (TOST, Holm): " + (join(alike) if alike else "no cell")
     if unshown := [(name, c) for name, c in tested if not c.equivalent]:
         text += ("; not shown equivalent: " + ", ".join(
             f"{name} (Δ {c.diff:+.4f}, {'outside the margin' if abs(c.diff) >= margin else 'too much seed noise'}, "

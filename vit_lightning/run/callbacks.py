@@ -220,16 +220,22 @@ def _loaders(tree) -> list[DataLoader]:
     return [loader for item in tree for loader in _loaders(item)] if isinstance(tree, (list, tuple)) else []
 
 
-class EpochPrinter(pl.Callback):
-    """One plain line per epoch, for logs (used instead of a progress bar when stdout is not a terminal)."""
+class EpochClock(pl.Callback):
+    """`_tick`: when this training epoch (or a resumed fit, mid-epoch) started."""
+
+    _tick = 0.0
 
     @override
     def on_train_start(self, trainer, pl_module) -> None:
-        self._start = time.perf_counter()  # an epoch resumed mid-way has no on_train_epoch_start
+        self._tick = time.perf_counter()  # an epoch resumed mid-way has no on_train_epoch_start
 
     @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._start = time.perf_counter()
+        self._tick = time.perf_counter()
+
+
+class EpochPrinter(EpochClock):
+    """One plain line per epoch, for logs (used instead of a progress bar when stdout is not a terminal)."""
 
     @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
@@ -237,6 +243,6 @@ class EpochPrinter(pl.Callback):
             return
         metrics = trainer.callback_metrics
         shown = " ".join(f"{k}={float(metrics[k]):.4f}" for k in ("train/loss", "val/loss", "val/acc") if k in metrics)
-        took = time.perf_counter() - self._start
+        took = time.perf_counter() - self._tick
         of = f"/{trainer.max_epochs}" if (trainer.max_epochs or 0) > 0 else ""
         print(f"epoch {trainer.current_epoch + 1}{of} {shown} ({took:.1f}s)", flush=True)

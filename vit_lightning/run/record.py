@@ -17,7 +17,7 @@ from typing_extensions import override
 from vit_lightning.bookkeeping import BEST_METRIC, now, one_line
 from vit_lightning.compat.torch import compile_seconds
 from vit_lightning.identity import number, plain
-from vit_lightning.run.callbacks import DivergenceStop, stop_signal
+from vit_lightning.run.callbacks import DivergenceStop, EpochClock, stop_signal
 from vit_lightning.run.rundir import load_record, write_record
 
 SCHEMA = 1
@@ -60,7 +60,7 @@ def model_facts(model: torch.nn.Module, in_chans: int, img_size) -> dict[str, An
             "gflops_per_image": gflops_per_image(model, in_chans, img_size)}
 
 
-class RunRecord(pl.Callback):
+class RunRecord(EpochClock):
     """Keeps results.json up to date on rank 0; its history travels in last.ckpt so a resumed run continues it.
 
     `facts` are the model's compute facts (params, GFLOPs); `divergence` says whether the run ended diverged.
@@ -112,12 +112,8 @@ class RunRecord(pl.Callback):
             self._write()
 
     @override
-    def on_train_start(self, trainer, pl_module) -> None:
-        self._tick = time.perf_counter()  # an epoch resumed mid-way has no on_train_epoch_start
-
-    @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._tick = time.perf_counter()
+        super().on_train_epoch_start(trainer, pl_module)
         self._validated = False
         self._epoch = [0, 0.0]
 
