@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from vit_lightning.bookkeeping import SHUFFLE_DROP
-from vit_lightning.results import further, plots
+from vit_lightning.results import further, pairs, plots, position_use
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.results.patch_transfer import PATCH, transfer_tables
 from vit_lightning.results.render import Report, Table
@@ -180,25 +180,32 @@ def _position_use(data: Data) -> str | None:
     others = [i for i in cells.index if i != base and drops[i]]
     used = dict(zip(others, compare([drops[i] for i in others], drops[base])))
     accuracy = _family(cells, others, base, "baseline")
-    groups: dict[str, list[str]] = {}
+    groups: dict[str, list[int]] = {}
     for i in others:
-        text = f"{names[i]} ({used[i].diff + base_drop:+.4f})"
-        if used[i].holm is None:
-            groups.setdefault("untested", []).append(text)
-        elif used[i].outcome == "higher":
-            groups.setdefault("helps" if accuracy[i].outcome == "higher" else "no gain", []).append(text)
-        else:
-            groups.setdefault("ignored", []).append(text)
+        gain = accuracy[i].outcome if used[i].holm is not None and used[i].outcome == "higher" else None
+        key = ("untested" if used[i].holm is None else "ignored" if gain is None else
+               {"higher": "helps", "lower": "lower"}.get(gain, "no gain"))
+        groups.setdefault(key, []).append(i)
     ref, parts = names[base], []
+    text = {  # each cell's drop, and what its verdict rests on
+        "helps": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f})",
+        "no gain": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f}; Holm p {fmt_p(accuracy[i].holm)})",
+        "lower": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f}; Holm p {fmt_p(accuracy[i].holm)})",
+        "ignored": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f}{position_use.largest_bias(data, i)})",
+        "untested": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f})"}
+    at = f" at a {grid} grid" if (grid := position_use.grid(data, groups.get("ignored", []))) else ""
     for key, what in (("helps", "the encoding is used and helps"),
-                      ("no gain", f"the encoding is used but does not help (no accuracy gain over {ref} shown)"),
-                      ("ignored", f"the encoding is ignored (drop within seed noise of {ref}'s)"),
+                      ("no gain", f"used; gain not shown (Holm p of its accuracy against {ref}'s; no proof that it "
+                                  "does not help)"),
+                      ("lower", f"used; accuracy below {ref}'s (Holm p of its accuracy against {ref}'s)"),
+                      ("ignored", f"the encoding is ignored{at} (drop within seed noise of {ref}'s)"),
                       ("untested", "no test (n<2)")):
         if key in groups:
-            parts.append(f"{what}: {', '.join(groups[key])}")
-    return (f"position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted; "
-            f"{ref} {base_drop:+.4f}), each cell's drop against {ref}'s (Welch, Holm): "
-            + "; ".join(parts))
+            parts.append(f"{what}: {', '.join(map(text[key], groups[key]))}")
+    caveats = position_use.caveats(data, others, names)
+    return (f"position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted, "
+            f"{position_use.weights_note(data)}; {ref} {base_drop:+.4f}), each cell's drop against {ref}'s (Welch, "
+            f"Holm): " + "; ".join(parts) + (f"; what else a shuffle changes: {'; '.join(caveats)}" if caveats else ""))
 
 
 # ---- the layouts --------------------------------------------------------------------------------
@@ -220,6 +227,8 @@ def build_grid(data: Data) -> Report:
     wide, extra = further.columns(data)
     tables.append(comparison_table(wide, keys, caption, families,
                                    paper=not two_d and cells["paper"].notna().any(), extra=extra))
+    if paired := pairs.pair_table(data, _names(data)):
+        tables, seen = tables + [paired[0]], seen + [paired[1]]
     if resized := resolution_tables(data, _names(data)):
         tables += resized
         seen.append("each cell evaluated at other image sizes without fine-tuning: the resolution view below")
