@@ -110,6 +110,8 @@ ABLATION = Ablation(
     baseline={ENC: "none"},  # the paper's claim: every other cell beats it
     columns=SHUFFLE_COLUMN,  # whether a cell uses position at all: an ignored encoding from one that does not help
     column_notes=SHUFFLE_NOTE,
+    # where a profile has both (peg_padding): PEG's zero border against none, its neighbourhood kept
+    pairs={"PEG's border (zero against circular padding)": ({ENC: "peg", PAD: "zeros"}, {ENC: "peg", PAD: "circular"})},
     col_label=where_it_acts,
     reference={
         ("none", "stem"): 0.61382,

@@ -114,6 +114,9 @@ class Ablation:
     # direct comparisons besides those against the baseline and the best: name -> (cell, the cell it is tested
     # against), each a partial cell ({key: value}) that matches one designed cell; one Welch test each, Holm over them
     pairs: dict[str, tuple[dict, dict]] = field(default_factory=dict)
+    # lr_sweep only: the figure and the learning rate it shows per set-up (cell name of the swept keys but the lr):
+    # curves at chosen lrs, not located optima; the table says whether its optima's ratio excludes a shift that large
+    shown_lrs: tuple[str, dict[str, float]] | None = None
     # patch_size only: top-1 of one published model PI-resized to other patch sizes, beside the transfer view
     patch_transfer_reference: dict = field(default_factory=dict)  # evaluated patch size -> top-1
     patch_transfer_source: str = ""  # the model's patch size (the row label)

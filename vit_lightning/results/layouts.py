@@ -287,6 +287,7 @@ def build_lr_sweep(data: Data) -> Report:
     tables = [grid_table(cells, label(lr), f"Accuracy per {label(lr)} (bold: each {corner}'s best)", rows, groups)]
     fits = {g: _fit(cells[(cells["col"] == g) & (cells["n"] > 0)], lr, seed) for seed, g in enumerate(groups)}
     table, seen = _own_best(cells, lr, corner, bests, fits)
+    seen = "; ".join([seen, *_shown_shift(data.ablation, fits)])
     tables.append(table)
     tests = (f"Welch's t-test (two-sided, scipy ttest_ind with equal_var=False) of each {corner} at its own best "
              f"{label(lr)} against the best of them, Holm-corrected; fitted optimum: the peak of a parabola in "
@@ -362,6 +363,24 @@ def _lr_verdict(cells, lr, found: dict, top, comps: dict, fits: dict) -> str:
         parts.append(f"the optima of {g} and {fitted[0]} differ: {differ(fits[g], fits[fitted[0]])} "
                      f"(ratio {point:.2g}{interval})")
     return "; ".join(parts)
+
+
+def _shown_shift(ab, fits: dict) -> list[str]:
+    """Whether each fitted optima's ratio excludes the ratio of the learning rates the paper's figure shows for the
+    same two set-ups (Ablation.shown_lrs): two lrs it shows, not optima it located."""
+    figure, shown = ab.shown_lrs or ("", {})
+    fitted = [g for g, f in fits.items() if f and g in shown]
+    lines = []
+    for g in fitted[1:]:
+        _, low, high = ratio(fits[g], fits[fitted[0]])
+        if low is None:
+            continue
+        theirs = shown[g] / shown[fitted[0]]
+        lines.append(f"the interval of the optima's ratio {g} / {fitted[0]} ({low:.3g} to {high:.3g}) "
+                     + ("excludes" if not low <= theirs <= high else "does not exclude")
+                     + f" a shift as large as the learning rates {figure} shows ({fmt_value(shown[g])} vs "
+                     f"{fmt_value(shown[fitted[0]])}, ratio {theirs:.3g}), which are the lrs it plots, not located optima")
+    return lines
 
 
 def _at_others_best(cells: pd.DataFrame, lr: str, found: dict) -> list[str]:
