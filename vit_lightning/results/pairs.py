@@ -1,5 +1,5 @@
 """An ablation's direct pairs (Ablation.pairs): each named cell tested against the one it is paired with, beside the
-grid's tests against the baseline and the best (Swin's shifted against unshifted windows, both with the relative bias)."""
+grid's tests against the baseline and the best (shifted against unshifted windows, both with the same encoding)."""
 
 from __future__ import annotations
 
