@@ -69,6 +69,7 @@ ABLATION = Ablation(
     cols=LR,
     layout="lr_sweep",
     reference={},
+    shown_lrs=("Figure 9", {"gap/linear": 0.0003, "cls/mlp_tanh": 0.0008}),
     reference_note="Figure 9 plots ViT-B/16 ImageNet 5-shot linear top-1 over training: CLS at lr 8e-4 and "
     "GAP at lr 3e-4 end alike, GAP at lr 8e-4 ends lower (curves only, no cell values)",
     profiles={

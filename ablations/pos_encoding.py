@@ -15,15 +15,17 @@ Run:  vit-ablate sweep pos_encoding                      # demo: the paper's 8 c
       vit-ablate sweep pos_encoding --profile modern      # the encodings since the paper, 5 seeds
       for run in runs/pos_encoding/modern/*/; do vit-ablate eval "$run" --data.img_size=21 --shots --into-record; done
       vit-ablate table pos_encoding --profile modern --out results/pos_encoding/modern   # now with the 21 px view
+      vit-ablate sweep pos_encoding --profile peg_padding   # PEG's zero border against a circular one (no border)
+      vit-ablate table pos_encoding --profile peg_padding --out results/pos_encoding/peg_padding
 """
 
 import dataclasses
 import itertools
 
-from vit_lightning.ablation import METRIC, SHUFFLE_COLUMN, Ablation, profile
+from vit_lightning.ablation import METRIC, SHUFFLE_COLUMN, SHUFFLE_NOTE, Ablation, profile
 from vit_lightning.model import ENCODING_OPTIONS, ENCODINGS
 
-ENC, INJ, SCALE = "model.pos_encoding", "model.pos_injection", "model.relative_scale"
+ENC, INJ, SCALE, PAD = "model.pos_encoding", "model.pos_injection", "model.relative_scale", "model.peg_padding"
 # Every encoding at every injection it allows, as rectangular blocks of neighbours that allow the
 # same injections, in the model's order (the paper's rows first): none at the stem; the learned
 # tables everywhere; the fixed sincos_2d at the stem or shared; the relative ones at the stem only.
@@ -73,6 +75,17 @@ MODERN_PROFILE = dataclasses.replace(
             description="mnist5k, micro ViT/7, CPU, the encodings since the paper"),
     name="modern", reference=MODERN_REFERENCE, reference_note=MODERN_NOTE)
 
+# PEG's shuffle drop mixes position (its zero border tells the edge patches where they are) with locality (a 3x3
+# convolution over the token grid adds each patch's neighbours, which a shuffle changes). With circular padding the
+# grid wraps around: the same neighbourhood mixing, no border, so no absolute position. none, peg and that control
+# at the demo's budget, 5 seeds: the part of PEG's drop and gain that the border explains.
+PEG_PADDING = dataclasses.replace(
+    profile("demo", ({ENC: ["none"], INJ: ["stem"], PAD: [ENCODING_OPTIONS["peg_padding"]]},
+                     {ENC: ["peg"], INJ: ["stem"], PAD: ["zeros", "circular"]}),
+            fixed={"trainer.max_epochs": 7}, seeds=range(5),
+            description="mnist5k, micro ViT/7, CPU, PEG's zero border against a circular one"),
+    name="peg_padding")
+
 
 def where_it_acts(cell: dict) -> str | None:
     """The grid column of an encoding that does not act at the stem: relative and rotary ones act in every block's
@@ -96,6 +109,9 @@ ABLATION = Ablation(
     layout="grid",
     baseline={ENC: "none"},  # the paper's claim: every other cell beats it
     columns=SHUFFLE_COLUMN,  # whether a cell uses position at all: an ignored encoding from one that does not help
+    column_notes=SHUFFLE_NOTE,
+    # where a profile has both (peg_padding): PEG's zero border against none, its neighbourhood kept
+    pairs={"PEG's border (zero against circular padding)": ({ENC: "peg", PAD: "zeros"}, {ENC: "peg", PAD: "circular"})},
     col_label=where_it_acts,
     reference={
         ("none", "stem"): 0.61382,
@@ -120,6 +136,7 @@ ABLATION = Ablation(
                                         name="demo_all"),
         "relative_scale": RELATIVE_SCALE,
         "modern": MODERN_PROFILE,
+        "peg_padding": PEG_PADDING,
         "cifar10": profile("cifar10", GRIDS, description="CIFAR-10, ViT-S/4"),
         "imagenet": profile("imagenet", GRIDS, description="ImageNet, ViT-B/16"),
     },

@@ -13,7 +13,7 @@ Run:  vit-ablate sweep swin                          # demo: mnist5k, micro Swin
       vit-ablate table swin                          # the table, next to the paper's
 """
 
-from vit_lightning.ablation import METRIC, SHUFFLE_COLUMN, Ablation, profile
+from vit_lightning.ablation import METRIC, SHUFFLE_COLUMN, SHUFFLE_NOTE, Ablation, profile
 
 ENC, SHIFT = "model.pos_encoding", "model.shift"
 # Table 4's two halves: the shift with the default relative bias, then every position choice with shifting
@@ -64,6 +64,9 @@ ABLATION = Ablation(
     layout="grid",
     baseline={ENC: "none"},  # in the paper every other cell beats no position encoding
     columns=SHUFFLE_COLUMN,  # windows use the layout too: none drops here, unlike a ViT without encoding
+    column_notes=SHUFFLE_NOTE,
+    # Table 4's first half: the shift alone, both with the relative bias (the grid tests each cell against none)
+    pairs={"shifted vs unshifted windows": ({ENC: "relative_bias_2d", SHIFT: True}, {ENC: "relative_bias_2d", SHIFT: False})},
     reference={
         ("relative_bias_2d", False): 0.802,
         ("relative_bias_2d", True): 0.813,

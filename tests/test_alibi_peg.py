@@ -164,10 +164,16 @@ TINY = [*TINY_MODEL, "--model.depth=2", "--trainer.max_epochs=1", "--trainer.lim
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("encoding", ["alibi_2d", "peg"])
-def test_eval_at_another_size_says_what_was_done(encoding, tmp_path):
-    assert train.main([*TINY, f"--model.pos_encoding={encoding}", f"--run.root={tmp_path}", "--run.trial=src"]) == 0
+@pytest.mark.parametrize("encoding, extra", [("alibi_2d", []), ("peg", []), ("peg", ["--model.peg_padding=circular"])])
+def test_eval_at_another_size_says_what_was_done(encoding, extra, tmp_path):
+    assert train.main([*TINY, f"--model.pos_encoding={encoding}", *extra, f"--run.root={tmp_path}",
+                       "--run.trial=src"]) == 0
     run = tmp_path / "adhoc/local/src"
+    record = json.loads((run / "results.json").read_text())
+    assert record["config"]["model.peg_padding"] == ("circular" if extra else "zeros")
+    # ALiBi's two heads (slopes 2^-4, 2^-8) times the demo's 4x4 grid's longest distance, sqrt(3^2 + 3^2)
+    expected = [round(2 ** -4 * math.sqrt(18), 4), round(2 ** -8 * math.sqrt(18), 4)] if encoding == "alibi_2d" else None
+    assert record["compute"].get("pos_largest_bias") == expected
     assert cli.main(["eval", str(run), "--data.img_size=56", "--shots", "--out", str(tmp_path / "e.json")]) == 0
     out = json.loads((tmp_path / "e.json").read_text())
     assert out["img_size"] == 56 and 0 <= out["metrics"]["val/acc"] <= 1

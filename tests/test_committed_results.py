@@ -67,7 +67,8 @@ def test_second_draw_regenerates_beside_the_first(ablation, folder, profile, tmp
 
 
 # Further profiles committed in a subfolder of their ablation, each tabulated on its own: (ablation, profile)
-PROFILES = [("pos_encoding", "relative_scale"), ("pos_encoding", "modern"), ("transfer", "modern")]
+PROFILES = [("pos_encoding", "relative_scale"), ("pos_encoding", "modern"), ("pos_encoding", "peg_padding"),
+            ("transfer", "modern")]
 
 
 @pytest.mark.parametrize("ablation, profile", PROFILES)

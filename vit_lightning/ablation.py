@@ -20,6 +20,11 @@ from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
 METRIC = BEST_METRIC
 # top-1 lost when each image's patches are shuffled (vit_lightning/analysis/shuffle.py): a column for position ablations
 SHUFFLE_COLUMN = {SHUFFLE_DROP: "shuffle drop"}
+# which weights it comes from: the final ones, while the tables' accuracy is the best epoch's (the result line says how
+# far apart they are); fit keeps only the last checkpoint, so the best epoch's weights cannot be shuffled afterwards
+SHUFFLE_NOTE = {"shuffle drop": "top-1 lost when each validation image's patches are permuted (3 fixed permutations): "
+                "the final weights' top-1 (the last epoch's val/acc) minus the same weights' top-1 on the shuffled "
+                "images (val/shuffle_drop)"}
 # How an ablation's table reads (Ablation.layout); results/ has one builder per layout.
 LAYOUTS = {
     "grid": "rows x cols (like Table 8); every cell tested against the baseline cell and against the best",
@@ -112,6 +117,12 @@ class Ablation:
     # > 0: beside each test of a difference, two one-sided tests (TOST) of equivalence within +- this accuracy
     equivalence_margin: float = 0.0
     expected: dict[str, str] = field(default_factory=dict)  # panel value -> the pattern expected, beside the measured
+    # direct comparisons besides those against the baseline and the best: name -> (cell, the cell it is tested
+    # against), each a partial cell ({key: value}) that matches one designed cell; one Welch test each, Holm over them
+    pairs: dict[str, tuple[dict, dict]] = field(default_factory=dict)
+    # lr_sweep only: the figure and the learning rate it shows per set-up (cell name of the swept keys but the lr):
+    # curves at chosen lrs, not located optima; the table says whether its optima's ratio excludes a shift that large
+    shown_lrs: tuple[str, dict[str, float]] | None = None
     # patch_size only: top-1 of one published model PI-resized to other patch sizes, beside the transfer view
     patch_transfer_reference: dict = field(default_factory=dict)  # evaluated patch size -> top-1
     patch_transfer_source: str = ""  # the model's patch size (the row label)

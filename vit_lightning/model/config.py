@@ -72,6 +72,8 @@ class SharedOptions:
             (indices rescaled to span the grid the model was built for: a larger grid interpolates; EVA-02, timm's
             ref_feat_shape), normalized (patch centres in [-1, 1] on either axis, turned by 2 pi per unit:
             interpolates; DINOv3); RoPE encodings only.
+        peg_padding: PEG's border: zeros (CPVT's; the zero border is what tells a patch where it is) or circular
+            (the grid wraps around: neighbourhood mixing without absolute position, a control); peg only.
     """
 
     arch: str = DEFAULT_ARCH
@@ -103,6 +105,7 @@ class SharedOptions:
     pos_embed_class: bool = True
     rope_theta: float | None = None
     rope_coords: str = "patch"
+    peg_padding: str = ENCODING_OPTIONS["peg_padding"]
 
     def __post_init__(self):
         """Checked by ViTConfig, which holds the family's own options too."""

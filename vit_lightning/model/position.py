@@ -84,6 +84,17 @@ class Encoding(nn.Module):
             )
 
 
+    def facts(self) -> dict:
+        """What a run record keeps about this encoding as built (its grid's consequences); none by default."""
+        return {}
+
+    @classmethod
+    def on_shuffle(cls, options: dict) -> str:
+        """What else than position a shuffle of the patches changes for this encoding with these options, for the
+        tables beside its shuffle drop; '': the drop measures the use of position alone."""
+        return ""
+
+
 class NoEncoding(Encoding):
     """No position information at all: the encoder sees a bag of patches."""
 
@@ -192,7 +203,8 @@ RELATIVE_SCALES = ("sqrt_d", "none")  # relative_1d's q.r logits: divided by sqr
 # Options an encoding may read (Encoding.reads), with their defaults (ViTConfig's): another encoding refuses them.
 # relative_scale: chosen by a measurement (results/pos_encoding/relative_scale, README)
 # rope_theta (None: the kind's default, rope.DEFAULT_THETA) and rope_coords: RoPE's (rope.py)
-ENCODING_OPTIONS = {"relative_scale": "none", "rope_theta": None, "rope_coords": "patch"}
+# peg_padding: PEG's border (PEG_PADDINGS); zeros is CPVT's, circular the control without absolute position
+ENCODING_OPTIONS = {"relative_scale": "none", "rope_theta": None, "rope_coords": "patch", "peg_padding": "zeros"}
 # What each option was before it existed: a checkpoint without it trained with this (see `trained_options`)
 BEFORE_OPTIONS = {"relative_scale": "sqrt_d"}
 
@@ -392,6 +404,9 @@ class Learned1dRopeMixed(RopeMixed):
     table, prefix_rows = Learned1d, True
 
 
+LARGEST_BIAS = "pos_largest_bias"  # a record's compute fact: each head's largest attention bias, in logits
+
+
 def alibi_slopes(heads: int) -> torch.Tensor:
     """ALiBi's per-head slopes (Press et al. 2022), (heads,): the geometric sequence 2^(-8i/n), i = 1..n, for n
     heads a power of two; otherwise that sequence for the largest power of two p below n, then every other slope
@@ -425,6 +440,11 @@ class Alibi2d(Encoding):
         self.register_buffer("slopes", alibi_slopes(heads), persistent=False)  # (h,)
         self.resample(grid)
 
+    def facts(self) -> dict:
+        """Each head's largest bias in logits (its slope times the grid's longest patch distance): on a small grid
+        even the steepest head can barely tilt the attention."""
+        return {LARGEST_BIAS: [round(float(b), 4) for b in self.slopes * self.distance.max()]}
+
     def forward(self, q: torch.Tensor) -> torch.Tensor:
         """(B, h, T, hd) queries (unused) -> (1, h, T, T) additive logits, -slope_h * distance(i, j)."""
         return -(self.slopes[:, None, None] * self.distance)[None].to(q.dtype)
@@ -436,23 +456,35 @@ class Alibi2d(Encoding):
         self.register_buffer("distance", distance.to(self.slopes), persistent=False)
 
 
+# PEG's border: zeros (CPVT's: the padding tells a patch near the border where it is), or circular (the grid wraps
+# around, a torus: no border, so the convolution mixes each patch with its neighbours but sees no absolute position)
+PEG_PADDINGS = ("zeros", "circular")
+
+
 class Peg(Encoding):
     """CPVT's position encoding generator (Chu et al. 2021): a 3x3 depthwise convolution of the patch tokens on
     their grid, added to them; the zero padding at the border is what tells a patch where it is.
+
+    `peg_padding` circular wraps the grid around instead: the same neighbourhood mixing without a border, so no
+    token can tell where on the grid it is; it separates PEG's locality from the position its padding gives.
 
     Prefix tokens pass through. Injected at `stem`, its one place is CPVT's default, after block 0 (at the input of
     block 1); `every_layer` puts one after every block but the last (CPVT also tried several). The kernels keep
     PyTorch's default init, as CPVT's code. It works at any grid: nothing to resample.
     """
 
-    conditional, injections, min_depth = True, ("stem", "every_layer"), 2
+    conditional, injections, min_depth, reads = True, ("stem", "every_layer"), 2, ("peg_padding",)
     on_resize = "nothing resampled: the same 3x3 kernels slide over the new grid"
     figure_note = "positions come from a convolution of the patch tokens on their grid, not from a table: see peg_kernels.png"
 
-    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
+    def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int,
+                 peg_padding: str = ENCODING_OPTIONS["peg_padding"]):
         super().__init__()
+        if peg_padding not in PEG_PADDINGS:
+            raise ValueError(f"unknown peg_padding={peg_padding!r}; choose from: {', '.join(PEG_PADDINGS)}")
         self.grid, self.num_prefix = tuple(grid), num_prefix
-        self.proj = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)  # (D, 1, 3, 3) kernels and (D,) biases
+        # (D, 1, 3, 3) kernels and (D,) biases; the padding mode is no parameter, so checkpoints are alike
+        self.proj = nn.Conv2d(dim, dim, 3, padding=1, groups=dim, padding_mode=peg_padding)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) tokens -> the same, each patch token plus the convolution of its 3x3 neighbourhood."""
@@ -462,6 +494,16 @@ class Peg(Encoding):
 
     def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
         self.grid = tuple(grid)
+
+    @classmethod
+    def on_shuffle(cls, options: dict) -> str:
+        """The convolution adds each patch's neighbours to it, and a shuffle changes them: content, not only position."""
+        mixed = ("its 3x3 convolution over the token grid adds each patch's neighbours to it, and a shuffle changes "
+                 "the neighbours")
+        if options.get("peg_padding") == "circular":
+            return f"{mixed}; with circular padding the grid has no border, so the drop is that neighbourhood alone"
+        return (f"{mixed}, so the drop mixes position (the zero border) with neighbourhood content; "
+                "model.peg_padding=circular keeps the neighbourhood without the border")
 
 
 NO_POSITION = "none"  # the encoding without position: what the others are compared with (bench, figures)
@@ -541,6 +583,10 @@ class PositionEncoding(nn.Module):
             return x
         return self.parts[layer - 1 if self.injection == "every_layer" else 0](x)
 
+    def facts(self) -> dict:
+        """The built encoding's facts for the run record (its first part's, the others alike)."""
+        return (self.rotations or self.parts)[0].facts()
+
     def attention_bias(self, layer: int) -> nn.Module | None:
         """The module that turns block `layer`'s queries into logits bias, for relative encodings."""
         return self.parts[layer] if self.relative else None
@@ -553,6 +599,13 @@ class PositionEncoding(nn.Module):
         """Each part to the new grid; `mode` interpolates learned tables (see each encoding's `on_resize`)."""
         for part in (*self.parts, *self.rotations):
             part.resample(grid, mode)
+
+
+def shuffle_caveat(options: dict) -> str:
+    """What else than position a shuffle changes for the encoding of these model options ('' when nothing)."""
+    name = options.get("pos_encoding") or ""
+    fields = {**ENCODING_OPTIONS, **{k: v for k, v in options.items() if k in ENCODING_OPTIONS}}
+    return "; ".join(note for part in name.split("+") if part in ENCODINGS and (note := ENCODINGS[part].on_shuffle(fields)))
 
 
 def resize_note(name: str, mode: str, options: dict | None = None) -> str:

@@ -12,7 +12,14 @@ from vit_lightning.model.config import ViTConfig, check_choice
 from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
-from vit_lightning.model.position import ENCODING_OPTIONS, ENCODINGS, INJECTIONS, RELATIVE_SCALES, PositionEncoding
+from vit_lightning.model.position import (
+    ENCODING_OPTIONS,
+    ENCODINGS,
+    INJECTIONS,
+    PEG_PADDINGS,
+    RELATIVE_SCALES,
+    PositionEncoding,
+)
 from vit_lightning.model.rope import COORDS, check_head_dim
 from vit_lightning.model.stems import STEMS
 from vit_lightning.model.timm_weights import load_timm_vit, timm_vit_options
@@ -35,6 +42,7 @@ def check_vit(cfg: ViTConfig) -> None:
     check_choice("stem", cfg.stem, STEMS)
     check_choice("init", cfg.init, INITS)
     check_choice("relative_scale", cfg.relative_scale, RELATIVE_SCALES)
+    check_choice("peg_padding", cfg.peg_padding, PEG_PADDINGS)
     for option, default in ENCODING_OPTIONS.items():  # an encoding's own option, set for another encoding
         if getattr(cfg, option) != default and option not in ENCODINGS[cfg.pos_encoding].reads:
             readers = [name for name, kind in ENCODINGS.items() if option in kind.reads]
@@ -152,6 +160,10 @@ class ViT(BackboneParts, BlockAttention, nn.Module):
             self.config.patch_size = patch_size
         self.pos.resample(self.stem.grid_for(hw), mode)
         self.config.img_size = img_size
+
+    def position_facts(self) -> dict:
+        """What the run record keeps about the position encoding as built (e.g. ALiBi's largest bias per head)."""
+        return self.pos.facts()
 
     def no_weight_decay(self) -> set[str]:
         """Names of parameters that should not be decayed: position tables, the [class] token, registers, the probe."""

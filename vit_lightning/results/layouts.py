@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from vit_lightning.bookkeeping import SHUFFLE_DROP
-from vit_lightning.results import further, plots
+from vit_lightning.results import further, pairs, plots, position_use
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.results.patch_transfer import PATCH, transfer_tables
 from vit_lightning.results.render import Report, Table
@@ -199,25 +199,32 @@ def _position_use(data: Data) -> str | None:
     others = [i for i in cells.index if i != base and drops[i]]
     used = dict(zip(others, compare([drops[i] for i in others], drops[base])))
     accuracy = _family(cells, others, base, "baseline")
-    groups: dict[str, list[str]] = {}
+    groups: dict[str, list[int]] = {}
     for i in others:
-        text = f"{names[i]} ({used[i].diff + base_drop:+.4f})"
-        if used[i].holm is None:
-            groups.setdefault("untested", []).append(text)
-        elif used[i].outcome == "higher":
-            groups.setdefault("helps" if accuracy[i].outcome == "higher" else "no gain", []).append(text)
-        else:
-            groups.setdefault("ignored", []).append(text)
+        gain = accuracy[i].outcome if used[i].holm is not None and used[i].outcome == "higher" else None
+        key = ("untested" if used[i].holm is None else "ignored" if gain is None else
+               {"higher": "helps", "lower": "lower"}.get(gain, "no gain"))
+        groups.setdefault(key, []).append(i)
     ref, parts = names[base], []
+    text = {  # each cell's drop, and what its verdict rests on
+        "helps": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f})",
+        "no gain": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f}; Holm p {fmt_p(accuracy[i].holm)})",
+        "lower": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f}; Holm p {fmt_p(accuracy[i].holm)})",
+        "ignored": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f}{position_use.largest_bias(data, i)})",
+        "untested": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f})"}
+    at = f" at a {grid} grid" if (grid := position_use.grid(data, groups.get("ignored", []))) else ""
     for key, what in (("helps", "the encoding is used and helps"),
-                      ("no gain", f"the encoding is used but does not help (no accuracy gain over {ref} shown)"),
-                      ("ignored", f"the encoding is ignored (drop within seed noise of {ref}'s)"),
+                      ("no gain", f"used; gain not shown (Holm p of its accuracy against {ref}'s; no proof that it "
+                                  "does not help)"),
+                      ("lower", f"used; accuracy below {ref}'s (Holm p of its accuracy against {ref}'s)"),
+                      ("ignored", f"the encoding is ignored{at} (drop within seed noise of {ref}'s)"),
                       ("untested", "no test (n<2)")):
         if key in groups:
-            parts.append(f"{what}: {', '.join(groups[key])}")
-    return (f"position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted; "
-            f"{ref} {base_drop:+.4f}), each cell's drop against {ref}'s (Welch, Holm): "
-            + "; ".join(parts))
+            parts.append(f"{what}: {', '.join(map(text[key], groups[key]))}")
+    caveats = position_use.caveats(data, others, names)
+    return (f"position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted, "
+            f"{position_use.weights_note(data)}; {ref} {base_drop:+.4f}), each cell's drop against {ref}'s (Welch, "
+            f"Holm): " + "; ".join(parts) + (f"; what else a shuffle changes: {'; '.join(caveats)}" if caveats else ""))
 
 
 # ---- the layouts --------------------------------------------------------------------------------
@@ -280,6 +287,8 @@ def _grid_tests(data: Data, two_d: bool) -> tuple[list[Table], list[str], str]:
     tables = [comparison_table(wide, keys, caption, families, paper=not two_d and data.cells["paper"].notna().any(),
                                extra=extra, margin=ab.equivalence_margin)]
     seen += [text for name, fam in families if (text := _equivalence(data, name, fam))]
+    if paired := pairs.pair_table(data, _names(data)):
+        tables, seen = tables + [paired[0]], seen + [paired[1]]
     if resized := resolution_tables(data, _names(data)):
         tables += resized
         seen.append("each cell evaluated at other image sizes without fine-tuning: the resolution view below")
@@ -340,6 +349,7 @@ def build_lr_sweep(data: Data) -> Report:
     tables = [grid_table(cells, label(lr), f"Accuracy per {label(lr)} (bold: each {corner}'s best)", rows, groups)]
     fits = {g: _fit(cells[(cells["col"] == g) & (cells["n"] > 0)], lr, seed) for seed, g in enumerate(groups)}
     table, seen = _own_best(cells, lr, corner, bests, fits)
+    seen = "; ".join([seen, *_shown_shift(data.ablation, fits)])
     tables.append(table)
     tests = (f"Welch's t-test (two-sided, scipy ttest_ind with equal_var=False) of each {corner} at its own best "
              f"{label(lr)} against the best of them, Holm-corrected; fitted optimum: the peak of a parabola in "
@@ -416,6 +426,24 @@ def _lr_verdict(cells, lr, found: dict, top, comps: dict, fits: dict) -> str:
         parts.append(f"the optima of {g} and {fitted[0]} differ: {differ(fits[g], fits[fitted[0]])} "
                      f"(ratio {point:.2g}{interval})")
     return "; ".join(parts)
+
+
+def _shown_shift(ab, fits: dict) -> list[str]:
+    """Whether each fitted optima's ratio excludes the ratio of the learning rates the paper's figure shows for the
+    same two set-ups (Ablation.shown_lrs): two lrs it shows, not optima it located."""
+    figure, shown = ab.shown_lrs or ("", {})
+    fitted = [g for g, f in fits.items() if f and g in shown]
+    lines = []
+    for g in fitted[1:]:
+        _, low, high = ratio(fits[g], fits[fitted[0]])
+        if low is None:
+            continue
+        theirs = shown[g] / shown[fitted[0]]
+        lines.append(f"the interval of the optima's ratio {g} / {fitted[0]} ({low:.3g} to {high:.3g}) "
+                     + ("excludes" if not low <= theirs <= high else "does not exclude")
+                     + f" a shift as large as the learning rates {figure} shows ({fmt_value(shown[g])} vs "
+                     f"{fmt_value(shown[fitted[0]])}, ratio {theirs:.3g}), which are the lrs it plots, not located optima")
+    return lines
 
 
 def _at_others_best(cells: pd.DataFrame, lr: str, found: dict) -> list[str]:

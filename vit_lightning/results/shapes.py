@@ -95,29 +95,56 @@ BEST_REF = "the best cell (bold)"
 
 def selected(data: Data) -> str | None:
     """Per cell, the value each `select:` setting took in the averaged runs and what its selecting stage's records
-    here scored per candidate; None when the profile has no such setting."""
+    here scored per candidate (censored: a choice at the edge of the candidates tried); None without such a setting."""
     prof, used = data.profile, data.runs[data.runs["note"] == ""]
     keys, lines = list(prof.axes), []
     for key, value in sorted(prof.fixed.items()):
         if (stage := selector(value)) is None:
             continue
-        per_cell = []
+        per_cell, censored = [], 0
         for index, cell in data.cells.iterrows():
             names = used[used["cell"] == index]["name"]
-            values = sorted({fmt_value((data.records.get(n, {}).get("config") or {}).get(key)) for n in names})
+            chosen = {(data.records.get(n, {}).get("config") or {}).get(key) for n in names} - {None}
             scores = _scores(data, stage, key, {k: cell[k] for k in keys})
-            per_cell.append(f"{cell_name(cell, keys)} {', '.join(values) or 'missing'}"
-                            + (f" ({scores})" if scores else ""))
+            edge = _edge(chosen, list(scores))
+            censored += bool(edge)
+            text = ", ".join(sorted(map(fmt_value, chosen))) or "missing"
+            listed = ", ".join(f"{fmt_value(v)}: {m:.3f}" for v, m in scores.items())
+            per_cell.append(f"{cell_name(cell, keys)} {text}" + (f" ({listed})" if listed else "")
+                            + (f", censored ({edge})" if edge else ""))
         found = any(r.get("profile") == stage for r in data.records.values())
         lines.append(f"{label(key)} per cell in the averaged runs, which the {stage} stage chooses (the value whose "
                      f"runs score best on their own validation data; in brackets its runs' {data.ablation.metric} per "
                      "value, mean over its runs)" + ("" if found else f" (no records of {stage} here)")
-                     + f": {'; '.join(per_cell)}")
+                     + f": {'; '.join(per_cell)}" + _censored(data, stage, key, censored, len(per_cell)))
     return "; ".join(lines) or None
 
 
-def _scores(data: Data, stage: str, key: str, cell: dict) -> str:
-    """'value: mean metric' of the selecting stage's finished records in this cell, in value order."""
+def _edge(chosen: set, tried: list) -> str:
+    """'the largest tried' / 'the smallest tried' when the one chosen value is at that edge of 3 or more tried."""
+    if len(chosen) != 1 or len(tried) < 3:
+        return ""
+    (value,) = chosen
+    return "the largest tried" if value == max(tried) else "the smallest tried" if value == min(tried) else ""
+
+
+def _censored(data: Data, stage: str, key: str, censored: int, cells: int) -> str:
+    """The sentence on the censored choices, and the candidates of the stage's grid that no record here tried."""
+    if not censored:
+        return ""
+    grid = {v for block in data.ablation.profiles[stage].grids for v in block.get(key, [])} \
+        if stage in data.ablation.profiles else set()
+    tried = {(r.get("config") or {}).get(key) for r in data.records.values() if r.get("profile") == stage}
+    untried = sorted(grid - tried)
+    return (f"; censored in {censored} of {cells} cells: the held-out accuracy still rises at the edge of the values "
+            f"tried, so each such cell's best {label(key)} lies at or beyond its choice (a bound, not a located "
+            "optimum) and its accuracy may fall short of what a wider grid gives"
+            + (f"; {stage} also lists {', '.join(map(fmt_value, untried))}, not run here (run {stage} again, then "
+               "this stage, to place the choice inside the grid)" if untried else ""))
+
+
+def _scores(data: Data, stage: str, key: str, cell: dict) -> dict:
+    """value -> mean metric of the selecting stage's finished records in this cell, in value order."""
     metric, by = data.ablation.metric, {}
     for rec in data.records.values():
         config = rec.get("config") or {}
@@ -125,7 +152,7 @@ def _scores(data: Data, stage: str, key: str, cell: dict) -> str:
                 is None or any(value_key(config.get(k)) != value_key(v) for k, v in cell.items()):
             continue
         by.setdefault(config.get(key), []).append(float(rec["metrics"][metric]))
-    return ", ".join(f"{fmt_value(v)}: {sum(m) / len(m):.3f}" for v, m in sorted(by.items(), key=lambda x: x[0]))
+    return {v: sum(m) / len(m) for v, m in sorted(by.items(), key=lambda x: x[0])}
 
 
 def measured(columns: dict[str, str], cells: pd.DataFrame) -> dict[str, str]:

@@ -55,9 +55,11 @@ def gflops_per_image(model: torch.nn.Module, in_chans: int, img_size) -> float:
 
 
 def model_facts(model: torch.nn.Module, in_chans: int, img_size) -> dict[str, Any]:
-    """The compute facts a record keeps about a model: parameter count and forward GFLOPs per image."""
+    """The facts a record keeps about a model: parameter count, forward GFLOPs per image, and those its family
+    gives about its position encoding as built (`position_facts`, where it has one)."""
+    position = getattr(model, "position_facts", None)
     return {"params": sum(p.numel() for p in model.parameters()),
-            "gflops_per_image": gflops_per_image(model, in_chans, img_size)}
+            "gflops_per_image": gflops_per_image(model, in_chans, img_size), **(position() if position else {})}
 
 
 class RunRecord(EpochClock):
