@@ -22,7 +22,8 @@ def table_pngs(folder: Path) -> list[str]:
 
 
 def test_every_ablation_has_committed_results():
-    assert set(ABLATIONS) == {"pos_encoding", "cls_vs_gap", "patch_size", "hybrid", "swin", "transfer", "registers"}
+    assert set(ABLATIONS) == {"pos_encoding", "cls_vs_gap", "patch_size", "hybrid", "swin", "transfer", "registers",
+                              "pos_diagnostic"}
 
 
 @pytest.mark.parametrize("ablation", ABLATIONS)

@@ -3,7 +3,7 @@
 `vit-ablate eval RUN --data.img_size=N --into-record` stores top-1 in the run record under `eval["<data>@<N>px"]`
 when the images were resized to N (content zoom: a patch holds more or less of the image), or `"<data>@<N>px/canvas"`
 when the content kept its scale on a canvas of N (padded, or drawn there: more tokens, the same patches). The record's
-`pos_resample` says how the encoding met the new grid; the size a run was trained at reads its own `val/acc`. Rows:
+`pos_resize` says how the encoding met the new grid; the size a run was trained at reads its own `val/acc`. Rows:
 the cells; columns: the image sizes and how each was reached. Only a larger canvas asks an encoding to extrapolate
 with the patches it knows (RoPE-ViT's test); a zoom also changes what each patch holds.
 """
@@ -51,7 +51,7 @@ def resolution_tables(data: Data, names: dict) -> list[Table]:
              "own scale (larger canvas)"}
     table = Table("Each cell evaluated at other image sizes (columns, px) without fine-tuning, "
                   + " or ".join(title[v] for v in sorted(views)) + ": the position encoding met at the new grid as its "
-                  "record's pos_resample says, the patch kernel unchanged; top-1 on the validation set (bold: the size "
+                  "record's pos_resize says, the patch kernel unchanged; top-1 on the validation set (bold: the size "
                   "it was trained at, its final val/acc)",
                   ["cell", *(f"{px} px" + (f" ({VIEWS[view]})" if view and len(views) > 1 else "") for px, view in columns)],
                   [])
