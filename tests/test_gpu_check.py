@@ -16,13 +16,16 @@ def test_dry_run_passes_every_step_and_writes_one_report(tmp_path, monkeypatch, 
     assert main(["gpu-check", "--dry-run", "--out", str(out), "--trials-per-gpu", "2"]) == 0
     text = out.read_text()
     assert "all steps passed" in text and "FAILED" not in text
-    assert text.count(": passed (") == 5
+    assert text.count(": passed (") == 6
     assert "| ours learned_1d/cls | bf16+compile |" in text and "| timm | bf16+compile |" in text
     assert "| ours relative_bias_2d/cls | bf16 |" in text  # every encoding's step time
-    assert "| ours rope_mixed/cls | bf16+compile |" in text  # and compiled, in the step of its own
+    assert "| ours rope_axial/cls | bf16+compile |" in text  # and compiled, in the step of its own
     assert "precision bf16-mixed" in text and "train/loss per epoch" in text
     assert "one trial alone: " in text and "2 trials on one GPU: " in text
     assert "pos_encoding --profile cifar10 2 trials per GPU: 54 trials x 100 epochs x 50,000 images / " in text
+    # the position benchmark's GPU profile: 150 trials x 30 epochs x 4,000 glyph images over one trial's rate
+    assert "pos_diagnostic --profile gpu (rope_axial on the relative task here): 150 trials x 30 epochs x 4,000 " \
+           "images (training and validation) / " in text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]  # runs went to a temporary folder
 
 

@@ -21,11 +21,13 @@ from pathlib import Path
 
 import torch
 
+from vit_lightning.ablation import load as load_ablation
 from vit_lightning.bench import cli as bench
 from vit_lightning.bench import profile_run
 from vit_lightning.bench.models import DEFAULT_ENCODING
 from vit_lightning.bench.profile_run import FIT_COMMON, fit, rate_fit_args
 from vit_lightning.bench.report import render_markdown
+from vit_lightning.data.glyphs import Glyphs
 from vit_lightning.model import ENCODINGS
 from vit_lightning.sweep.cli import positive
 
@@ -54,6 +56,7 @@ PLAN_S = {
     "compiled encodings": 200,  # 10 encodings: 10 compiles x 19 s, their eager and compiled steps (~0.03 s each)
     "trial rate": 85,  # alone: 15 s + 3 x 50,000 / 8,500; 3 together: 15 s + 3 x 3 x 50,000 / 15,000; validation
     "ddp": 40,  # NCCL start, one micro compile, 40 steps
+    "position benchmark": 25,  # a fit's start, 4,000 glyph images drawn at 224 px, 30 S/16 steps of 256
 }
 BUDGET_S = 8 * 60
 
@@ -64,6 +67,33 @@ def ddp_fit_args(dry: bool) -> dict:
             "trainer.max_epochs": 1, "trainer.limit_train_batches": 4 if dry else 40, "trainer.limit_val_batches": 2,
             "trainer.strategy": "ddp", "trainer.accelerator": "cpu" if dry else "gpu",
             "trainer.precision": "bf16-mixed", "model.compile": not dry, "run.profile": "ddp"}
+
+
+def diagnostic_fit_args(dry: bool) -> dict:
+    """A short trial of pos_diagnostic's gpu profile (224 px glyph canvas, ViT-S/16, a rotary encoding, the relative
+    task); in the dry run a micro ViT on a 48 px canvas, on the CPU."""
+    prof = load_ablation("pos_diagnostic").profile("gpu")
+    cell = next(c for c in prof.cells() if ENCODINGS[c["model.pos_encoding"]].rotary and c["data.task"] == "relative")
+    settings = {**prof.fixed, **cell, **FIT_COMMON, "data.name": "glyphs", "trainer.max_epochs": 1,
+                "trainer.limit_train_batches": 30, "trainer.limit_val_batches": 4, "run.profile": "gpu-check",
+                "run.fewshot_shots": [], "run.shuffle_perms": 0, "seed_everything": 0}
+    if dry:
+        settings.update({"model.variant": "micro", "data.img_size": 48, "data.glyph_scale": 2, "model.patch_size": 8,
+                         "data.batch_size": 16, "data.num_workers": 0, "trainer.accelerator": "cpu",
+                         "trainer.precision": "32-true", "trainer.limit_train_batches": 2, "trainer.limit_val_batches": 1})
+    return settings
+
+
+def diagnostic_lines(record: dict, settings: dict) -> list[str]:
+    """The trial's rate and the gpu profile's projected time on this GPU: trials x epochs x images / rate."""
+    prof = load_ablation("pos_diagnostic").profile("gpu")
+    trials, epochs, images = len(prof.trials()), prof.fixed["trainer.max_epochs"], Glyphs.size
+    rate = record["compute"]["train_images_per_s"]
+    hours = trials * epochs * images / rate / 3600
+    return [*fit_summary(record), "",
+            f"pos_diagnostic --profile gpu ({settings['model.pos_encoding']} on the {settings['data.task']} task here): "
+            f"{trials} trials x {epochs} epochs x {images:,} images (training and validation) / {rate:,.0f} img/s "
+            f"= {hours:.2f} h one trial at a time (each trial's start, about 15 s, not counted)"]
 
 
 def fit_summary(record: dict) -> list[str]:
@@ -122,12 +152,18 @@ def steps(dry: bool, tmp: Path, per_gpu: int = TRIALS_PER_GPU) -> list[tuple[str
     def ddp():
         return fit_summary(fit(ddp_fit_args(dry), tmp / "ddp" / "runs", timeout=240, dry=dry))
 
+    def diagnostic():
+        settings = diagnostic_fit_args(dry)
+        return diagnostic_lines(fit(settings, tmp / "diagnostic" / "runs", timeout=240, dry=dry), settings)
+
     return [("Bench: ours vs timm, bf16, eager and compiled; the GPU profiles' loaders", headline),
             ("Every position encoding and pooling, bf16 eager", encodings),
             ("Every position encoding compiled, at the cifar10 profile's model and batch, bf16", compiled_encodings),
             (f"The cifar10 profile's trial rate on CIFAR-sized synthetic data: one trial alone, then {per_gpu} on one "
              "GPU; the projected Table 8 cifar10 profile", trial_rate),
-            ("1-device DDP fit, bf16-mixed" + ("" if dry else ", model.compile"), ddp)]
+            ("1-device DDP fit, bf16-mixed" + ("" if dry else ", model.compile"), ddp),
+            ("The position benchmark's GPU profile (pos_diagnostic --profile gpu): one short trial, the profile's "
+             "projected time", diagnostic)]
 
 
 def main(argv: list[str]) -> int:
