@@ -33,7 +33,7 @@ def cosine_similarity(table: torch.Tensor) -> torch.Tensor:
 def relative_bias(vit, images: torch.Tensor | None = None, chunk: int = 8) -> torch.Tensor | None:
     """The attention-logit bias of a relative encoding per layer and head, by 2-D offset (query - key).
 
-    Returns (L, heads, 2H-1, 2W-1), or None for absolute encodings. A windowed family's bias table (RelativeBias2d) is
+    Returns (L, heads, 2H-1, 2W-1), or None for absolute encodings. The learned 2-D bias table (RelativeBias2d) is
     this table, learned directly. The paper's relative encoding (Relative1d) has a bias that depends on the query:
     with `images`, the mean of q.r over their patch queries (the bias the data meets on average); without, the
     query of a token whose normalised content is zero (LN bias -> W_q, plus b_q), the query-independent part.
