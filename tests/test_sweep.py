@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -74,7 +75,12 @@ def test_yaml_files_are_valid_wandb_sweeps():
         if searched:
             assert config["run_cap"] >= 1 and hyperband.parse(config["early_terminate"], config["metric"]).bands
         assert config["metric"] == {"name": "val/acc_best", "goal": "maximize"}
-        assert config["command"] == ["${env}", "vit-ablate", "fit", "${args}"]
+        assert config["command"][:4] == ["${env}", "vit-ablate", "fit", "${args}"]
+        if "early_terminate" in config:  # the rule travels in the trial's own command (fit's --run.early_terminate)
+            flag, _, rule = config["command"][4].partition("=")
+            assert flag == "--run.early_terminate" and json.loads(rule)["rule"] == config["early_terminate"]
+        else:
+            assert len(config["command"]) == 4
         assert "values" in config["parameters"]["seed_everything"]
         for key, spec in config["parameters"].items():
             assert key in known and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", key), key  # W&B's name pattern

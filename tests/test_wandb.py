@@ -440,7 +440,6 @@ def test_a_printed_trial_config_runs_under_srun_and_requeues_into_its_own_run_di
 # ---- data: agents starting together download once ------------------------------------------------------
 
 def test_concurrent_downloads_take_turns(tmp_path, monkeypatch):
-    from vit_lightning.data import datamodule as data
 
     busy, overlaps, calls = threading.Lock(), [], []
 
@@ -453,7 +452,9 @@ def test_concurrent_downloads_take_turns(tmp_path, monkeypatch):
             time.sleep(0.2)
             busy.release()
 
-    source = object.__new__(data._Cifar)
+    from vit_lightning.data.sources import _Cifar
+
+    source = object.__new__(_Cifar)
     source.root, source.download, source.name, source.tv_class = str(tmp_path), True, "cifar10", SlowCifar
     workers = [threading.Thread(target=source.prepare) for _ in range(3)]
     for worker in workers:
