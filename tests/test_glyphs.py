@@ -76,7 +76,7 @@ def test_the_glyphs_are_drawn_where_placed_and_the_last_ones_whole(task):
     blank = np.ones_like(image, bool)
     for _, k, top, left in glyphs:
         blank[top:top + k, left:left + k] = False
-    if task != "position_free":  # (its strokes are drawn off the glyphs)
+    if task != "position_free":  # (its distractor strokes lie anywhere, outside the glyph boxes too)
         assert image[blank].max() < 0.25  # elsewhere only the pixel noise
 
 

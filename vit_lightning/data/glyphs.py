@@ -7,8 +7,8 @@ rendered from (seed, index) alone. `data.task` picks the question, four balanced
 - absolute: which quadrant of the canvas holds the solid glyph (two striped or checkered ones anywhere). A model
   blind to position is at chance: the patches of every class are drawn from one distribution, only their places
   differ.
-- relative: where the checkered glyph lies from the solid one (right, left, below, above), both anywhere: the label
-  is the same under any translation, so only relative position answers it.
+- relative: where the checkered glyph lies from the solid one (right, left, below, above; 9-13 px apart), the pair
+  anywhere: the label is the same under any translation, so only relative position answers it.
 - position_free: the kind of glyph the canvas holds (2-3 of it, with two strokes as distractors): position carries
   no information, so every encoding should tie.
 `translated_mnist` pastes each mnist5k digit at a random offset in a larger canvas (42 px by default): fresh
