@@ -129,9 +129,14 @@ def cell_frame(ablation: Any, profile: Any, runs: pd.DataFrame) -> pd.DataFrame:
 def with_best(cells: pd.DataFrame) -> pd.DataFrame:
     """Mark the highest-mean cell (first on ties)."""
     cells = cells.reset_index(drop=True)
-    best = cells["mean"].idxmax() if cells["n"].gt(0).any() else None
-    cells["best"] = cells.index == best
+    cells["best"] = best_of(cells)
     return cells
+
+
+def best_of(cells: pd.DataFrame) -> pd.Series:
+    """True at the highest-mean finished cell of these (first on ties), on their own index."""
+    done = cells[cells["n"] > 0]
+    return pd.Series(cells.index == (done["mean"].idxmax() if not done.empty else None), index=cells.index)
 
 
 def paper_value(ablation: Any, cell: dict, profile: Any = None) -> float | str | None:

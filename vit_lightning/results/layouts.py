@@ -10,6 +10,7 @@ import pandas as pd
 
 from vit_lightning.bookkeeping import SHUFFLE_DROP
 from vit_lightning.results import further, pairs, plots, position_use
+from vit_lightning.results.frame import best_of
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.results.patch_transfer import PATCH, transfer_tables
 from vit_lightning.results.render import Report, Table
@@ -239,7 +240,7 @@ def build_grid(data: Data) -> Report:
         frame = cells.assign(row=cells[ab.rows].map(fmt_value),
                              col=[own({k: c[k] for k in keys}) or fmt_value(c[ab.cols]) for _, c in cells.iterrows()])
         if ab.panel:
-            frame["best"] = pd.concat([_panel_best(part) for _, part in frame.groupby(ab.panel, sort=False)])
+            frame["best"] = pd.concat([best_of(part) for _, part in frame.groupby(ab.panel, sort=False)])
         caption = "Ours beside the paper" + (f" (bold: the best of each {label(ab.panel)})" if ab.panel else "")
         tables.append(grid_table(frame, label(ab.rows), caption, _unique(frame["row"]), _unique(frame["col"])))
     seen, tests = [], "none: no finished runs to compare"
@@ -253,12 +254,6 @@ def build_grid(data: Data) -> Report:
     return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs")
 
 
-def _panel_best(cells: pd.DataFrame) -> pd.Series:
-    """Mark the highest-mean finished cell of these (first on ties), keeping their index."""
-    done = cells[cells["n"] > 0]
-    return pd.Series(cells.index == (done["mean"].idxmax() if not done.empty else None), index=cells.index)
-
-
 def _panels(data: Data) -> list[tuple[str, Data]]:
     """('', data) without a panel key; else one ('task=absolute', its cells and runs) per value, in design order."""
     key = data.ablation.panel
@@ -270,7 +265,7 @@ def _panels(data: Data) -> list[tuple[str, Data]]:
     out = []
     for value in _unique(data.cells[key].map(value_key)):
         cells = data.cells[data.cells[key].map(value_key) == value].copy()
-        cells["best"] = _panel_best(cells)
+        cells["best"] = best_of(cells)
         runs = data.runs[data.runs["cell"].isin(cells.index)]
         name = f"{label(key)}={fmt_value(cells[key].iloc[0])}"
         out.append((name, dataclasses.replace(data, profile=profile, cells=cells, runs=runs, other=None)))
