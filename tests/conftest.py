@@ -164,6 +164,39 @@ def stand_in(tmp_path):
     return StandIn(tmp_path)
 
 
+class FakeWandbServer:
+    """wandb.sweep and wandb.Api() for sweeps: created sweeps (their configs as YAML reads them back) are listed by
+    the project afterwards."""
+
+    def __init__(self):
+        self.sweeps, self.default_entity = [], "me"
+
+    def sweep(self, config, project=None, entity=None):
+        import yaml
+
+        sweep_id = f"id{len(self.sweeps) + 1}"
+        self.sweeps.append(type("Sweep", (), {"id": sweep_id, "config": yaml.safe_load(yaml.safe_dump(config))})())
+        return sweep_id
+
+    def project(self, name, entity=None):
+        return type("Project", (), {"sweeps": lambda _: list(self.sweeps)})()
+
+
+@pytest.fixture
+def wandb_server(monkeypatch):
+    """A fake W&B server behind wandb.sweep and wandb.Api, credentials present, WANDB_MODE unset (the tests' own
+    "disabled" would stop the backend first), on a login node without a GPU."""
+    from vit_lightning.sweep import wandb_backend
+
+    server = FakeWandbServer()
+    monkeypatch.setattr("wandb.sweep", server.sweep)
+    monkeypatch.setattr("wandb.Api", lambda: server)
+    monkeypatch.setattr(wandb_backend, "has_credentials", lambda: True)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    return server
+
+
 # ---- markers that mean what they say ------------------------------------------------------------------------
 # A test that trains carries `slow`, and one that trains with two DDP processes `ddp` too: `pytest -m "not slow"`
 # is then the quick loop. Training is seen where it starts: Lightning's Trainer.fit in this process, or a process

@@ -94,27 +94,7 @@ def test_the_local_job_script_runs_n_trials_per_gpu_with_the_cpus_for_their_load
     assert "--trials-per-gpu" not in out and "#SBATCH --cpus-per-task=9 " in out  # one trial per GPU: as before
 
 
-class FakeServer:
-    """wandb.sweep and wandb.Api() for sweeps."""
-
-    def __init__(self):
-        self.sweeps, self.default_entity = [], "me"
-
-    def sweep(self, config, project=None, entity=None):
-        self.sweeps.append(type("Sweep", (), {"id": f"id{len(self.sweeps) + 1}", "config": config})())
-        return self.sweeps[-1].id
-
-    def project(self, name, entity=None):
-        return type("Project", (), {"sweeps": lambda _: list(self.sweeps)})()
-
-
-def test_wandb_runs_n_agents_per_gpu_and_its_job_script_says_so(monkeypatch, capsys):
-    server = FakeServer()
-    monkeypatch.setattr("wandb.sweep", server.sweep)
-    monkeypatch.setattr("wandb.Api", lambda: server)
-    monkeypatch.setattr(wandb_backend, "has_credentials", lambda: True)
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+def test_wandb_runs_n_agents_per_gpu_and_its_job_script_says_so(wandb_server, monkeypatch, capsys):
     argv = ["pos_encoding", "--profile", "cifar10", "--backend", "wandb", "--agents", "2", "--trials-per-gpu", "3",
             "--print-sbatch"]
     code, out, err = run_cli(argv, capsys)

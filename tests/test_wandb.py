@@ -289,33 +289,9 @@ def test_self_hosted_login_is_found_as_wandb_finds_it(tmp_path, monkeypatch):
 
 # ---- sweeps on the server, job scripts --------------------------------------------------------------------
 
-class FakeSweep:
-    def __init__(self, sweep_id: str, config: dict):
-        self.id, self.config = sweep_id, config
-
-
-class FakeServer:
-    """wandb.sweep and wandb.Api() for sweeps: created sweeps are listed by the project afterwards."""
-
-    def __init__(self):
-        self.sweeps: list[FakeSweep] = []
-        self.default_entity = "me"
-
-    def sweep(self, config, project=None, entity=None):
-        self.sweeps.append(FakeSweep(f"id{len(self.sweeps) + 1}", yaml.safe_load(yaml.safe_dump(config))))
-        return self.sweeps[-1].id
-
-    def project(self, name, entity=None):
-        return type("Project", (), {"sweeps": lambda _: list(self.sweeps)})()
-
-
-def test_job_script_joins_sweeps_created_once_and_splits_the_allocation_at_run_time(monkeypatch, capsys):
-    server = FakeServer()
-    monkeypatch.setattr("wandb.sweep", server.sweep)
-    monkeypatch.setattr("wandb.Api", lambda: server)
-    monkeypatch.setattr(wandb_backend, "has_credentials", lambda: True)
-    monkeypatch.delenv("WANDB_MODE", raising=False)  # the tests' own "disabled" would stop the backend first
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the login node has no GPU
+def test_job_script_joins_sweeps_created_once_and_splits_the_allocation_at_run_time(wandb_server, monkeypatch,
+                                                                                  capsys):
+    server = wandb_server
     argv = ["pos_encoding", "--profile", "imagenet", "--backend", "wandb", "--project", "vit", "--agents", "4",
             "--gpus-per-agent", "2", "--print-sbatch"]
     assert cli.main(argv) == 0

@@ -53,6 +53,12 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def check_choice(option: str, value, choices) -> None:
+    """Refuse `value` for `option` in one line naming the valid choices, unless it is one of them."""
+    if value not in choices:
+        raise ValueError(f"unknown {option}={value!r}; choose from: {', '.join(map(str, choices))}")
+
+
 def number_in(value, low: float, high: float, low_open: bool = False, high_open: bool = False,
                integer: bool = False) -> bool:
     """value is a finite number (an integer where `integer`; never a bool) within [low, high], ends open as asked."""

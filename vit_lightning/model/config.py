@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-from vit_lightning.bookkeeping import number_in, span
+from vit_lightning.bookkeeping import check_choice, number_in, span
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, unread_error
 from vit_lightning.model.pooling import HEADS
 from vit_lightning.model.position import ENCODING_OPTIONS
 
 MAX_REG_TOKENS = 1024  # registers: 4 to 16 in their paper; far more only fills memory (attention is quadratic in them)
 MAX_LAYER_SCALE = 10.0  # layer scale's initial value: 1e-6 to 1e-1 in DeiT-III and timm
-
-
-def check_choice(option: str, value, choices) -> None:
-    if value not in choices:
-        raise ValueError(f"unknown {option}={value!r}; choose from: {', '.join(map(str, choices))}")
 
 
 @dataclass

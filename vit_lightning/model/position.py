@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vit_lightning.bookkeeping import check_choice
 from vit_lightning.model import rope
 
 
@@ -237,8 +238,7 @@ class Relative1d(Encoding):
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int,
                  relative_scale: str = ENCODING_OPTIONS["relative_scale"]):
         super().__init__()
-        if relative_scale not in RELATIVE_SCALES:
-            raise ValueError(f"unknown relative_scale={relative_scale!r}; choose from: {', '.join(RELATIVE_SCALES)}")
+        check_choice("relative_scale", relative_scale, RELATIVE_SCALES)
         self.num_prefix, self.relative_scale = num_prefix, relative_scale
         self.table = nn.Parameter(torch.randn(2 * grid[0] * grid[1] - 1, dim // heads) * 0.02)  # (2N-1, hd)
         self.prefix_table = nn.Parameter(torch.randn(3, dim // heads) * 0.02) if num_prefix else None
@@ -343,8 +343,7 @@ class Rope(Encoding):
         super().__init__()
         head_dim = dim // heads
         rope.check_head_dim(head_dim)
-        if rope_coords not in rope.COORDS:
-            raise ValueError(f"unknown rope_coords={rope_coords!r}; choose from: {', '.join(rope.COORDS)}")
+        check_choice("rope_coords", rope_coords, rope.COORDS)
         self.num_prefix, self.coords = num_prefix, rope_coords
         self.theta = rope.DEFAULT_THETA[self.kind] if rope_theta is None else float(rope_theta)
         self.ref_grid = tuple(grid)
@@ -480,8 +479,7 @@ class Peg(Encoding):
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int,
                  peg_padding: str = ENCODING_OPTIONS["peg_padding"]):
         super().__init__()
-        if peg_padding not in PEG_PADDINGS:
-            raise ValueError(f"unknown peg_padding={peg_padding!r}; choose from: {', '.join(PEG_PADDINGS)}")
+        check_choice("peg_padding", peg_padding, PEG_PADDINGS)
         self.grid, self.num_prefix = tuple(grid), num_prefix
         # (D, 1, 3, 3) kernels and (D,) biases; the padding mode is no parameter, so checkpoints are alike
         self.proj = nn.Conv2d(dim, dim, 3, padding=1, groups=dim, padding_mode=peg_padding)

@@ -16,12 +16,6 @@ from torch import nn
 from vit_lightning.model.rope import DEFAULT_THETA
 from vit_lightning.model.timm_names import rename
 
-_BLOCK = r"^blocks\.(\d+)\.((norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)\.(weight|bias))$"
-_RULES = [(r"^cls_token$", "pool.token"), (r"^patch_embed\.proj\.(weight|bias)$", r"stem.proj.\1"),
-          (_BLOCK, r"blocks.\1.\2"), (r"^blocks\.(\d+)\.gamma_1$", r"blocks.\1.ls1.gamma"),
-          (r"^blocks\.(\d+)\.gamma_2$", r"blocks.\1.ls2.gamma"), (r"^norm\.(weight|bias)$", r"pool.norm.\1"),
-          (r"^head\.(weight|bias)$", r"head.\1")]
-
 
 def is_eva(model: nn.Module) -> bool:
     from timm.models.eva import Eva
@@ -118,7 +112,7 @@ def _translate(model, eva) -> dict[str, torch.Tensor]:
             ours["pos.parts.0.table"] = tensor[0]  # (1, N, D) -> (N, D): patch rows only (no_embed_class)
         elif name == "rope.freqs":  # (2, depth, h, hd/2) -> each block's (2, h, hd/2)
             ours.update({f"pos.rotations.{i}.freqs": tensor[:, i] for i in range(tensor.shape[1])})
-        elif target := rename(name, _RULES):
+        elif target := rename(name, "eva"):
             ours[target] = tensor
         else:
             raise ValueError(f"timm weights have a parameter this ViT has no place for: {name}")

@@ -7,18 +7,6 @@ from torch import nn
 
 from vit_lightning.model.timm_names import rename
 
-# timm name pattern -> our name
-_RULES = [
-    (r"^patch_embed\.proj\.(weight|bias)$", r"stem.proj.\1"),
-    (r"^patch_embed\.norm\.(weight|bias)$", r"stem_norm.\1"),
-    (r"^layers\.(\d+)\.downsample\.(norm\.weight|norm\.bias|reduction\.weight)$", r"stages.\1.merge.\2"),
-    (r"^layers\.(\d+)\.blocks\.(\d+)\.attn\.relative_position_bias_table$", r"stages.\1.blocks.\2.bias.relative.table"),
-    (r"^layers\.(\d+)\.blocks\.(\d+)\.((norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.(weight|bias))$",
-     r"stages.\1.blocks.\2.\3"),
-    (r"^norm\.(weight|bias)$", r"pool.norm.\1"),
-    (r"^head\.fc\.(weight|bias)$", r"head.\1"),
-]
-
 
 def _unsupported(swin, model) -> str | None:
     """Why our Swin cannot compute what this timm SwinTransformer computes, or None."""
@@ -69,7 +57,7 @@ def load_timm_swin(model, swin: nn.Module) -> None:
     for name, tensor in swin.state_dict().items():
         if name.endswith(("relative_position_index", "attn_mask")):
             continue  # buffers both sides derive from the sizes
-        target = rename(name, _RULES)
+        target = rename(name, "swin")
         if target is None:
             unexpected.append(name)
         elif name.endswith("relative_position_bias_table"):

@@ -21,34 +21,12 @@ from vit_lightning.model.family import family_of
 from vit_lightning.model.timm_eva import eva_options, is_eva, load_timm_eva
 from vit_lightning.model.timm_names import rename
 
-# timm name pattern -> our name; the first matching rule wins, a name matching none is unexpected
-_RULES = [
-    (r"^cls_token$", "pool.token"),
-    (r"^reg_token$", "registers.tokens"),
-    (r"^pos_embed$", "pos.parts.0.table"),
-    (r"^patch_embed\.proj\.(weight|bias)$", r"stem.proj.\1"),
-    (r"^patch_embed\.backbone\.stem\.conv\.weight$", "stem.root.0.weight"),
-    (r"^patch_embed\.backbone\.stem\.norm\.(weight|bias)$", r"stem.root.1.\1"),
-    (r"^patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.conv\.weight$", r"stem.stages.\1.\2.downsample.0.weight"),
-    (r"^patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.norm\.(weight|bias)$", r"stem.stages.\1.\2.downsample.1.\3"),
-    (r"^patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.((conv|norm)\d\.(weight|bias))$", r"stem.stages.\1.\2.\3"),
-    (r"^blocks\.(\d+)\.((norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)\.(weight|bias))$",
-     r"blocks.\1.\2"),
-    (r"^blocks\.(\d+)\.(ls1|ls2)\.gamma$", r"blocks.\1.\2.gamma"),
-    (r"^attn_pool\.latent$", "pool.probe"),
-    (r"^attn_pool\.(q|kv|proj)\.(weight|bias)$", r"pool.\1.\2"),
-    (r"^attn_pool\.norm\.(weight|bias)$", r"pool.mlp_norm.\1"),
-    (r"^attn_pool\.mlp\.(fc1|fc2)\.(weight|bias)$", r"pool.mlp.\1.\2"),
-    (r"^head\.(weight|bias)$", r"head.\1"),
-    (r"^head\.(0|2)\.(weight|bias)$", r"head.\1.\2"),
-]
-
 
 def _rename(name: str, norm: str) -> str | None:
     """Our name for a timm parameter; `norm` is the timm module ('norm' or 'fc_norm') that is our pooling norm."""
     if re.match(rf"^{norm}\.(weight|bias)$", name):
         return "pool.norm." + name.rsplit(".", 1)[1]
-    return rename(name, _RULES)
+    return rename(name, "vit")
 
 
 def _is(module, kind: type) -> bool:

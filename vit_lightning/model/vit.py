@@ -7,8 +7,8 @@ from functools import partial
 import torch
 from torch import nn
 
-from vit_lightning.bookkeeping import number_in, span
-from vit_lightning.model.config import ViTConfig, check_choice
+from vit_lightning.bookkeeping import check_choice, number_in, span
+from vit_lightning.model.config import ViTConfig
 from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
