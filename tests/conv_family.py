@@ -74,7 +74,7 @@ def check_conv(cfg: ViTConfig) -> None:
 
 
 CONV = Family(name=NAME, cls=ConvNet, variants=CONV_VARIANTS, encodings=("none",),
-              defaults={"pooling": "gap", "pos_encoding": "none", "patch_size": 4, "init": "paper"}, reads={},
+              defaults={"pooling": "gap", "pos_encoding": "none", "patch_size": 4, "init": "paper"},
               options=CONV_OPTIONS, architecture=("kernel_size",), demo_patch=4, check=check_conv,
               offers=frozenset({TOKEN_GRID, PRE_LOGITS}))
 

@@ -82,7 +82,7 @@ def applies_to(key: str) -> str:
     name = key.removeprefix("model.")
     if not key.startswith("model."):
         return ""
-    families = [f.name for f in FAMILIES.values() if name in f.reads or name in f.options]
+    families = [f.name for f in FAMILIES.values() if name in f.options]
     encodings = [e for e, kind in ENCODINGS.items() if name in kind.reads]
     return "; ".join(part for part in (_names(families), _names(encodings)) if part)
 
@@ -212,7 +212,7 @@ def families_page() -> str:
     for f in FAMILIES.values():
         defaults = ", ".join(f"{k}={v}" for k, v in f.defaults.items())
         rows.append([f"`{f.name}`", f"`{f.cls.__name__}`", _names(f.variants), _names(f.encodings), defaults,
-                     _names(f"model.{o}" for o in f.reads), f.demo_patch, "yes" if RESIZE in f.offers else "no",
+                     _names(f"model.{o}" for o in f.options), f.demo_patch, "yes" if RESIZE in f.offers else "no",
                      "yes" if f.timm_loader else "no"])
     lines += _table(["arch", "class", "variants", "encodings", "defaults", "own options", "demo patch",
                      "starts a run (init_from)", "timm weights"], rows) + [""]

@@ -1,8 +1,8 @@
 """Backbone families (ViT, Swin, ...): one registry entry each, and the contract every family's model meets.
 
 An entry holds everything the rest of the package asks about a family: its class, its size presets, the
-position encodings it accepts, what an unset (None) option means for it, its own options (declared here, checked
-by it), the shared options only it reads, the capabilities it offers beyond the contract (`offers`), its demo
+position encodings it accepts, what an unset (None) option means for it, its own options (declared by it, their
+choices checked by ViTConfig, the rest by the family's check), the capabilities it offers beyond the contract (`offers`), its demo
 patch, its checks, its figures module and its timm importer. Code outside `model/` looks a family up here
 and never names one. The flat `--model.*` options stay one namespace: an option read by other families only,
 set away from its default, is refused by one rule (`unread_error`); a figure, metric or command needing a
@@ -52,11 +52,13 @@ class Unsupported(ValueError):
 
 @dataclass(frozen=True)
 class Option:
-    """One of a family's own options (`--model.<name>`): the value that means "not used", its type and its help."""
+    """One of a family's own options (`--model.<name>`): the value that means "not used", its type, its help and,
+    for a name from a registry, the values it accepts (checked by ViTConfig, listed by `--help` and the docs)."""
 
     default: Any
     type: Any
     help: str
+    choices: tuple | None = None
 
 
 class BackboneParts:
@@ -93,7 +95,6 @@ class Family:
     variants: Mapping  # size presets by model.variant
     encodings: tuple[str, ...]  # the model.pos_encoding values it accepts
     defaults: dict  # what an unset (None) option means for it: pooling, pos_encoding, patch_size
-    reads: dict  # ViTConfig's options only this family reads, with the value that means "not used" (their default)
     architecture: tuple[str, ...]  # its options that fix the weights' shapes (a transfer source's are adopted)
     demo_patch: int  # fit's patch side when none is given
     check: Callable  # check(cfg): the family's own checks of a ViTConfig (fills variant sizes); raises ValueError
@@ -102,7 +103,7 @@ class Family:
     timm_options: Callable | None = None  # options(timm_model): the ViTConfig options of our twin, or None
     timm_reference: Callable | None = None  # reference(variant, img_size, num_classes): timm's model of that size
     offers: frozenset = frozenset()  # its CAPABILITIES beyond the contract
-    options: dict = field(default_factory=dict)  # its own options, name -> Option, checked by `check`
+    options: dict = field(default_factory=dict)  # its own options, name -> Option (choices checked by ViTConfig)
     name_neutral: dict = field(default_factory=dict)  # own options left out of a trial's name at these values
     name_parts: dict = field(default_factory=dict)  # option -> {value: name part} (Swin's "noshift")
 
@@ -134,14 +135,13 @@ def family_of(model: nn.Module) -> Family:
 
 
 def unread_error(arch: str, values: dict) -> str | None:
-    """The first option (of `values`) that only other families read and that differs from its default, in one line,
-    or None. A family's own options and the shared options it reads (`reads`) are its own."""
-    family = FAMILIES[arch]
-    own = {**family.reads, **family.options}
+    """The first option (of `values`) that only other families declare and that differs from its default, in one
+    line, or None."""
+    own = FAMILIES[arch].options
     for other in FAMILIES.values():
-        for name, unused in {**other.reads, **{k: o.default for k, o in other.options.items()}}.items():
-            value = values.get(name, unused)
-            if name not in own and (tuple(value) if isinstance(value, list) else value) != unused:
+        for name, option in other.options.items():
+            value = values.get(name, option.default)
+            if name not in own and (tuple(value) if isinstance(value, list) else value) != option.default:
                 return f"model.{name}={value!r} applies to arch={other.name} only, not arch={arch}"
     return None
 

@@ -321,7 +321,7 @@ class Swin(BackboneParts, BlockAttention, nn.Module):
 SWIN = register(Family(
     name="swin", cls=Swin, variants=SWIN_VARIANTS, encodings=tuple(SWIN_ENCODINGS),
     defaults={"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 4, "init": "timm"},
-    reads={}, options=SWIN_OPTIONS, offers=frozenset({ATTENTION_MAPS, TOKEN_GRID, PRE_LOGITS}),
+    options=SWIN_OPTIONS, offers=frozenset({ATTENTION_MAPS, TOKEN_GRID, PRE_LOGITS}),
     architecture=("window_size", "shift"),
     # a 14x14 map of 28x28 demo digits, two windows of 7 a side, then 7x7 after its one patch merging
     demo_patch=2,

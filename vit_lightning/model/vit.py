@@ -9,7 +9,7 @@ from torch import nn
 
 from vit_lightning.bookkeeping import check_choice, number_in, span
 from vit_lightning.model.config import ViTConfig
-from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, register
+from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, Option, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
 from vit_lightning.model.position import (
@@ -34,15 +34,49 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
     "H": (32, 1280, 5120, 16),
 }
 
+MAX_REG_TOKENS = 1024  # registers: 4 to 16 in their paper; far more only fills memory (attention is quadratic in them)
+
+# The ViT's own options (`--model.<name>`), at the value that means "not used"; ViTConfig checks their choices.
+VIT_OPTIONS = {
+    "depth": Option(None, int | None, "vit: number of encoder blocks, overriding the variant's."),
+    "heads": Option(None, int | None, "vit: attention heads, overriding the variant's; must divide width."),
+    "mlp_dim": Option(None, int | None, "vit: hidden size of the blocks' MLP, overriding the variant's."),
+    "pos_injection": Option("stem", str, "vit: where the encoding enters, as the encoding allows.", INJECTIONS),
+    "stem": Option("patch", str, "vit: patch, or hybrid (a BiT ResNet of stages `hybrid_layers`, root width "
+                                 "`hybrid_width`).", tuple(STEMS)),
+    "hybrid_layers": Option((3, 4, 9), tuple[int, ...], "vit: bottleneck blocks per ResNet stage of the hybrid stem."),
+    "hybrid_width": Option(64, int, "vit: root width of the hybrid stem's ResNet (a multiple of 32)."),
+    "reg_tokens": Option(0, int, "vit: register tokens (Darcet et al. 2024): learned tokens after the [class] token, "
+                                 "without a position, left out of the pooling, the few-shot features and the figures."),
+    "pos_embed_class": Option(True, bool, "vit: true: the learned_1d table has a row for the [class] token (the "
+                                          "paper); false: only the patches have one (DeiT-III, timm's no_embed_class)."),
+    # the encodings' own options (each encoding's `reads` says which it takes)
+    "relative_scale": Option(ENCODING_OPTIONS["relative_scale"], str, "vit, relative_1d only: its q.r logits divided "
+                             "by sqrt(head_dim) (sqrt_d, as the content logits) or unscaled (none); the paper leaves it "
+                             "open.", RELATIVE_SCALES),
+    "rope_theta": Option(ENCODING_OPTIONS["rope_theta"], float | None, "vit, RoPE encodings only: the base frequency "
+                         "theta (pair k of the hd/4 per axis turns at theta^(-k/(hd/4)) radians per coordinate unit); "
+                         "None: NAVER's, 100 for rope_axial, 10 for rope_mixed (its start)."),
+    "rope_coords": Option(ENCODING_OPTIONS["rope_coords"], str, "vit, RoPE encodings only: the (x, y) a patch gets, "
+                          "which decides what a larger grid means: patch (column and row index: a larger grid "
+                          "extrapolates to new positions; NAVER's RoPE-ViT and timm's naver_in1k models), ref_grid "
+                          "(indices rescaled to span the grid the model was built for: a larger grid interpolates; "
+                          "EVA-02, timm's ref_feat_shape), normalized (patch centres in [-1, 1] on either axis, turned "
+                          "by 2 pi per unit: interpolates; DINOv3).", COORDS),
+    "peg_padding": Option(ENCODING_OPTIONS["peg_padding"], str, "vit, peg only: PEG's border: zeros (CPVT's; the "
+                          "zero border is what tells a patch where it is) or circular (the grid wraps around: "
+                          "neighbourhood mixing without absolute position, a control).", PEG_PADDINGS),
+}
+
 
 def check_vit(cfg: ViTConfig) -> None:
     """The ViT's own checks: its parts by name, the encoding's injections, the variant's sizes, the hybrid stem."""
-    check_choice("pos_injection", cfg.pos_injection, INJECTIONS)
     check_choice("pooling", cfg.pooling, POOLINGS)
-    check_choice("stem", cfg.stem, STEMS)
     check_choice("init", cfg.init, INITS)
-    check_choice("relative_scale", cfg.relative_scale, RELATIVE_SCALES)
-    check_choice("peg_padding", cfg.peg_padding, PEG_PADDINGS)
+    cfg.hybrid_layers = tuple(cfg.hybrid_layers)
+    if not number_in(cfg.reg_tokens, 0, MAX_REG_TOKENS, integer=True):  # before any memory is allocated
+        raise ValueError(f"reg_tokens must be a count >= 0 and at most {MAX_REG_TOKENS} (every token adds a row "
+                         f"and a column to every attention map), got {cfg.reg_tokens!r}")
     for option, default in ENCODING_OPTIONS.items():  # an encoding's own option, set for another encoding
         if getattr(cfg, option) != default and option not in ENCODINGS[cfg.pos_encoding].reads:
             readers = [name for name, kind in ENCODINGS.items() if option in kind.reads]
@@ -82,8 +116,7 @@ MAX_ROPE_THETA = 1e9  # RoPE's base: 10 to 1e4 in use; an infinite one stops all
 
 
 def check_rope(cfg: ViTConfig) -> None:
-    """RoPE's options: with a rotary encoding only, a positive theta, a known convention, a head width it can split."""
-    check_choice("rope_coords", cfg.rope_coords, COORDS)
+    """RoPE's options: with a rotary encoding only, a positive theta, a head width it can split."""
     if not ENCODINGS[cfg.pos_encoding].rotary:
         return  # its options set for another encoding: refused by check_vit
     if cfg.rope_theta is not None and not number_in(cfg.rope_theta, 0, MAX_ROPE_THETA, low_open=True):
@@ -174,10 +207,7 @@ class ViT(BackboneParts, BlockAttention, nn.Module):
 VIT = register(Family(
     name="vit", cls=ViT, variants=VARIANTS, encodings=tuple(ENCODINGS),
     defaults={"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 16, "init": "paper"},
-    # options only the ViT reads, at the value that means "not used"
-    reads={"depth": None, "heads": None, "mlp_dim": None, "stem": "patch", "pos_injection": "stem",
-           "hybrid_layers": (3, 4, 9), "hybrid_width": 64, "reg_tokens": 0, "pos_embed_class": True,
-           **ENCODING_OPTIONS},
+    options=VIT_OPTIONS,
     architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
                   "pos_embed_class", *ENCODING_OPTIONS),
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from vit_lightning.data.datamodule import DATASETS, RESIZE
 from vit_lightning.data.glyphs import TASKS
-from vit_lightning.model import FAMILIES, HEADS, INJECTIONS, POOLINGS, STEMS
+from vit_lightning.model import FAMILIES, HEADS, POOLINGS
+from vit_lightning.model.family import family_options
 from vit_lightning.model.layers import INITS
-from vit_lightning.model.position import RELATIVE_SCALES
-from vit_lightning.model.rope import COORDS
 from vit_lightning.run.module import OPTIMIZERS, SCHEDULES
 from vit_lightning.run.transfer import RESAMPLE
 
@@ -22,10 +21,10 @@ def option_choices() -> dict[str, tuple | dict[str, tuple]]:
         "model.arch": tuple(FAMILIES),
         "model.variant": {f.name: tuple(f.variants) for f in FAMILIES.values()},
         "model.pos_encoding": {f.name: tuple(f.encodings) for f in FAMILIES.values()},
-        "model.pos_injection": INJECTIONS, "model.pooling": tuple(POOLINGS), "model.head": tuple(HEADS),
-        "model.stem": tuple(STEMS), "model.init": INITS, "model.relative_scale": RELATIVE_SCALES,
-        "model.rope_coords": COORDS, "model.optimizer": OPTIMIZERS, "model.schedule": SCHEDULES,
-        "model.pos_resample": RESAMPLE, "data.name": DATASETS, "data.task": TASKS, "data.resize": RESIZE,
+        "model.pooling": tuple(POOLINGS), "model.head": tuple(HEADS), "model.init": INITS,
+        **{f"model.{name}": option.choices for name, option in family_options().items() if option.choices},
+        "model.optimizer": OPTIMIZERS, "model.schedule": SCHEDULES, "model.pos_resample": RESAMPLE,
+        "data.name": DATASETS, "data.task": TASKS, "data.resize": RESIZE,
     }
 
 

@@ -234,7 +234,7 @@ def conflicts(source: dict, given: dict) -> list[str]:
     default = ViTConfig(**{k: v for k, v in source.items() if k in keys or k in DATA_KEYS})
     out = []
     for key in keys:
-        if key in RESIZED and default.stem == "patch":
+        if key in RESIZED and getattr(default, "stem", "patch") == "patch":  # a family without a stem option cuts patches
             continue
         if key in given and key in source and _norm(given[key]) != _norm(getattr(default, key)):
             out.append(f"model.{key}={given[key]!r} (the source has {_norm(getattr(default, key))!r})")
