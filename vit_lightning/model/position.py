@@ -201,7 +201,8 @@ class SinCos2d(Encoding):
 
 
 RELATIVE_SCALES = ("sqrt_d", "none")  # relative_1d's q.r logits: divided by sqrt(head_dim), or not
-# Options an encoding may read (Encoding.reads), with their defaults (ViTConfig's): another encoding refuses them.
+# Options an encoding may read (Encoding.reads), with their defaults (the ViT declares them, vit.VIT_OPTIONS):
+# another encoding refuses them.
 # relative_scale: chosen by a measurement (results/pos_encoding/relative_scale, README)
 # rope_theta (None: the kind's default, rope.DEFAULT_THETA) and rope_coords: RoPE's (rope.py)
 # peg_padding: PEG's border (PEG_PADDINGS); zeros is CPVT's, circular the control without absolute position

@@ -126,7 +126,7 @@ def check_rope(cfg: ViTConfig) -> None:
 
 
 class ViT(BackboneParts, BlockAttention, nn.Module):
-    """A ViT assembled from named parts; see ViTConfig for the options.
+    """A ViT assembled from named parts; see ViTConfig (shared options) and VIT_OPTIONS (its own) for the options.
 
     Args:
         variant: size preset (VARIANTS: micro is the CPU demo size, Ti, S, B, L, H the paper's and DeiT's).
