@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -102,7 +103,10 @@ def test_a_job_wide_sigterm_stops_the_sweep_once_and_the_rerun_trains_every_step
         if sweep.poll() is None:
             os.killpg(sweep.pid, signal.SIGKILL)
     text = log.read_text()
-    assert "Traceback" not in text and "again to kill" in text and text.count("stopping 1 process") == 1, text[-3000:]
+    # one stop, never a kill; the trial got the job-wide SIGTERM itself, so it may be gone before the sweep acts on
+    # its own copy and the line then counts 0 processes to stop
+    stops = re.findall(r"SIGTERM: stopping [01] process\(es\); again to kill", text)
+    assert "Traceback" not in text and len(stops) == 1 and "killing" not in text, text[-3000:]
     assert not any(alive(pid) for pid in everyone)
     states = state(tmp_path)
     assert [s["status"] for s in states.values()] == ["interrupted"] and all(s["pid"] is None for s in states.values())
