@@ -1,5 +1,6 @@
 """A long-lived local sweep process for tests/test_signal_rounds.py: round after round, the real Runner runs one
-trial (a cheap process that stops on SIGTERM) until the test's signals stop it; prints the exit code of each round.
+trial (a cheap process that stops on SIGTERM) until the test's signals stop it; prints the exit code of each round
+and waits for a line on stdin before the next.
 
 argv: run root, then one word per round: `slow` rounds hold the supervisor's lock 50 ms every time it is taken (a
 signal that lands in a locked region finds it held), `slowstate` rounds write the sweep state slowly.
@@ -51,6 +52,7 @@ def main(root: str, kinds: list[str]) -> None:
             local.State.update = slow_update
         print(f"round {k} exit {runner.run()}", flush=True)
         local.State.update = update
+        sys.stdin.readline()  # the test reads this round's state before the next round rewrites it
 
 
 if __name__ == "__main__":

@@ -61,7 +61,8 @@ def test_back_to_back_signals_end_every_round_in_one_orderly_stop(tmp_path):
     rounds = [PATTERNS[k % len(PATTERNS)] for k in range(ROUNDS)]
     driver = Path(__file__).with_name("signal_rounds.py")
     proc = subprocess.Popen([sys.executable, str(driver), str(tmp_path), *(kind for kind, _ in rounds)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(driver.parent),
                                                                                os.environ.get("PYTHONPATH", "")])})
     out, log = lines_of(proc), []
@@ -82,6 +83,8 @@ def test_back_to_back_signals_end_every_round_in_one_orderly_stop(tmp_path):
             assert entry["status"] == "interrupted" and entry["pid"] is None and entry["rc"] in (143, -TERM), entry
             name = "the job's time limit (SIGUSR1)" if first == USR1 else "SIGTERM"
             assert entry["error"] == f"stopped by {name}", entry
+            proc.stdin.write("next\n")  # the driver starts the next round only now
+            proc.stdin.flush()
         assert proc.wait(timeout=ROUND_TIMEOUT_S) == 0
     finally:
         if proc.poll() is None:
