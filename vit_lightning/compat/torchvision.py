@@ -30,9 +30,14 @@ def decode_jpegs(data: list[torch.Tensor], device: torch.device) -> list[torch.T
     """JPEG bytes (CPU uint8 (n,) each) decoded on `device` as RGB uint8 (3, H, W): one batched nvJPEG call on a GPU.
 
     torchvision 0.29 deprecates its image decoders for TorchCodec and warns at every call; this is the one caller.
+    On a GPU the caller's stream is drained first: torchvision's CUDA decoder allocates its outputs on the caller's
+    stream but writes them from a stream of its own that does not wait for it, so it can overwrite memory that
+    kernels still queued (the previous training step's) are reading (pytorch/vision PR 9606).
     """
     from torchvision.io import ImageReadMode, decode_jpeg
 
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
