@@ -170,7 +170,7 @@ def test_a_fit_decoding_on_the_device_trains_and_records_where_it_decoded(tmp_pa
     from vit_lightning import train
 
     root = write_folder(tmp_path / "data", count=16)
-    compute = {}
+    compute, losses = {}, {}
     for where, workers in (("device", 1), ("auto", 0)):  # a worker process: the bytes travel through its queue
         runs = tmp_path / where
         argv = [*TINY_MODEL, "--data.name=imagefolder", f"--data.root={root}", "--data.img_size=16",
@@ -182,7 +182,11 @@ def test_a_fit_decoding_on_the_device_trains_and_records_where_it_decoded(tmp_pa
         record = json.loads(path.read_text())
         assert record["status"] == "completed" and record["metrics"]["steps"] == 2, record["error"]
         compute[where] = (record["compute"]["decode_on"], record["compute"]["augment_on"])
+        losses[where] = record["history"][-1]["train/loss"]
     assert compute == {"device": ("device", "device"), "auto": ("cpu", "cpu")}  # auto without a GPU: today's path
+    # the same seed: the same crops, flips and ops on the same images (here drawn in the training process by both
+    # paths), so the same losses but for the two decoders' and resamplers' last-level differences
+    assert losses["device"] == pytest.approx(losses["auto"], abs=0.01)
 
 
 def test_where_it_decodes_is_not_part_of_a_runs_identity():
