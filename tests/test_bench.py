@@ -178,3 +178,43 @@ def test_init_comparison_trains_every_pairing_and_tells_a_real_deficit_from_nois
     assert init_vs_timm.verdict([0.80, 0.81, 0.79], [0.90, 0.91, 0.89]).startswith("ours below")
     assert init_vs_timm.verdict([0.90, 0.88, 0.91], [0.90, 0.91, 0.89]).startswith("not below")
     assert init_vs_timm.verdict([0.95, 0.96, 0.94], [0.90, 0.91, 0.89]).startswith("not below")
+
+
+# --- an image folder decoded on the device (data.decode_on=device) -----------------------------------------------
+def test_an_image_folder_is_measured_decoding_in_pil_and_reading_bytes_only(tmp_path):
+    from dataclasses import replace
+
+    from vit_lightning.bench.gpu_check import dry_folder_facts
+
+    cpu, facts = torch.device("cpu"), dry_folder_facts()  # the imagenet profile's loader at 16 px, decoding on the device
+    loader.write_jpegs(tmp_path, 8, size=(64, 48))
+    rates = loader.folder_rates(facts, 8, tmp_path, cpu, step=None)
+    assert rates["decode_on"] == "device" and "device_decode_images_per_s" not in rates  # no step: nothing slowed
+    assert rates["bytes_per_worker_images_per_s"] > rates["per_worker_images_per_s"] > 0  # no decode, no transform
+    rates = loader.folder_rates(facts, 8, tmp_path, cpu, step=1000.0)
+    decode = rates["device_decode_images_per_s"]
+    assert decode > 0 and rates["step_images_per_s"] == pytest.approx(1 / (1 / 1000 + 1 / decode))  # decode, then step
+    auto = replace(facts, data={**facts.data, "decode_on": "auto"})  # the profile's own: no nvJPEG here, PIL feeds
+    auto = loader.folder_rates(auto, 8, tmp_path, cpu, step=1000.0)
+    assert auto["decode_on"] == "cpu" and not {"device_decode_images_per_s", "step_images_per_s"} & set(auto)
+
+
+def test_a_profile_decoding_on_its_device_is_fed_by_workers_that_read_bytes(monkeypatch):
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from vit_lightning.bench import cli as bench
+    from vit_lightning.bench.gpu_check import dry_folder_facts
+    from vit_lightning.bench.report import data_table
+
+    # the imagenet profile at 16 px on a CPU "accelerator", so its step is measured here, on the device it decodes on
+    facts = replace(dry_folder_facts(), accelerator="cpu", num_workers=1)
+    monkeypatch.setattr(loader, "profile_facts", lambda name: facts)
+    args = SimpleNamespace(profiles=["imagenet"], data_images=8, warmup=1, steps=1)
+    [row] = bench.measure_profiles(args, torch.device("cpu"))
+    assert row["decode_on"] == "device" and row["device_decode_images_per_s"] > 0
+    assert row["workers_needed"] == loader.workers_needed(row["step_images_per_s"], row["bytes_per_worker_images_per_s"])
+    headers, [shown] = data_table({"data": [row]})
+    assert shown[headers.index("bytes-only img/s per worker")] == f"{row['bytes_per_worker_images_per_s']:,.0f}"
+    assert shown[headers.index("device decode img/s")] == f"{row['device_decode_images_per_s']:,.0f}"
+    assert "with the decode" in shown[headers.index("step img/s (batch, precision)")]

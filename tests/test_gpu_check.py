@@ -26,6 +26,7 @@ def test_dry_run_passes_every_step_and_writes_one_report(tmp_path, monkeypatch, 
     # the position benchmark's GPU profile: 150 trials x 30 epochs x 4,000 glyph images over one trial's rate
     assert "pos_diagnostic --profile gpu (rope_axial on the relative task here): 150 trials x 30 epochs x 4,000 " \
            "images (training and validation) / " in text
+    assert "micro/8 16px fed with <= 4 workers, JPEGs decoded on the device: " in text  # the headline's last line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]  # runs went to a temporary folder
 
 
@@ -103,3 +104,23 @@ def test_bench_encodings_can_name_a_few(capsys):
     assert bench.chosen_encodings(bench.parser().parse_args([])) == []
     assert bench.main(["--encodings", "rope", "--device", "cpu"]) == 2
     assert "--encodings rope: unknown; valid: " in capsys.readouterr().err
+
+
+def test_the_headline_says_whether_4_workers_feed_the_model_with_jpegs_decoded_on_the_device(tmp_path):
+    step = {"name": "ours learned_1d/cls", "precision": "bf16", "compiled": False, "images_per_s": 500.0}
+    [dry] = gpu_check.decode_feed({"models": [step], "data": []}, dry=True, tmp=tmp_path)  # measured here, on the CPU
+    assert dry.startswith("micro/8 16px fed with <= 4 workers, JPEGs decoded on the device: ")
+    assert "img/s per worker reading bytes for a step of " in dry and "a worker decoding in PIL: " in dry
+
+    def gpu(per_worker: float, decode_on: str = "device") -> str:  # the imagenet row of the bench on a GPU
+        row = {"profile": "imagenet", "model": "B/16 224px", "decode_on": decode_on, "per_worker_images_per_s": 230.0,
+               "bytes_per_worker_images_per_s": per_worker, "step_images_per_s": 2000.0,
+               "device_decode_images_per_s": 8000.0 if decode_on == "device" else None}
+        [line] = gpu_check.decode_feed({"models": [], "data": [row]}, dry=False, tmp=tmp_path)
+        return line
+
+    assert gpu(500.0) == ("B/16 224px fed with <= 4 workers, JPEGs decoded on the device: yes (4 needed: 500 img/s per "
+                          "worker reading bytes for a step of 2,000 img/s with the decode, which runs at 8,000 img/s on "
+                          "the device; a worker decoding in PIL: 230 img/s)")
+    assert ": **no** (5 needed: 499 img/s" in gpu(499.0)
+    assert "not measured (data.decode_on=auto decodes on the cpu here" in gpu(500.0, decode_on="cpu")

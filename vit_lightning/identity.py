@@ -21,9 +21,10 @@ from typing import Any
 from vit_lightning.bookkeeping import RUN_DEFAULTS, SEED_KEY
 
 # Keys that do not change what is trained: bookkeeping (already in the path), display switches, compilation (the
-# same model, computed faster: a run may resume with it toggled) and where augmentation runs (the same draws).
+# same model, computed faster: a run may resume with it toggled) and where augmentation and decoding run (the same
+# draws).
 NOT_IDENTITY = ("run.", "trainer.enable_progress_bar", "trainer.enable_model_summary", "model.compile",
-                "data.augment_on")
+                "data.augment_on", "data.decode_on")
 TRIAL_KEY = "run.trial"  # fit's option for the id the sweep runner hands each trial
 WORLD_KEY = "world_size"  # hashed with a run's values when it trains on more than one process
 TRIAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one path component, never "..", never hidden, never absolute

@@ -146,25 +146,30 @@ def add_ratios(rows: list[dict]) -> None:
 
 
 def measure_profiles(args, device: torch.device) -> list[dict]:
-    """Each profile's loader per CPU worker; on the profile's own kind of device, its step and the workers it needs."""
+    """Each profile's loader per CPU worker; on the profile's own kind of device, its step and the workers it needs
+    (for an image folder decoded on that device: the step slowed by the decode, fed by workers that read bytes)."""
     out = []
     cores = machine.usable_cores()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.profiles:
             facts = loader.profile_facts(name)
-            root, jpeg_kib = Path(tmp) / name, None
-            if facts.data["name"] == "imagefolder":
-                jpeg_kib = loader.write_jpegs(root, min(args.data_images, 256))
-            per_worker = loader.loader_rate(facts, args.data_images, root)
+            root, folder = Path(tmp) / name, facts.data["name"] == "imagefolder"
+            jpeg_kib = loader.write_jpegs(root, min(args.data_images, 256)) if folder else None
+            mine = (device.type == "cuda") == (facts.accelerator == "gpu")  # a GPU profile's step means nothing on a CPU
+            step = profile_step(facts, args, device) if mine else None
             row = {"profile": name, "dataset": facts.data["name"], "batch_size": facts.batch_size,
                    "model": f"{facts.variant}/{facts.patch_size} {facts.img_size}px", "precision": facts.precision,
-                   "accelerator": facts.accelerator, "jpeg_kib": jpeg_kib, "per_worker_images_per_s": per_worker,
-                   "workers_configured": facts.num_workers, "step_images_per_s": None, "workers_needed": None,
-                   "warning": None}
-            if (device.type == "cuda") == (facts.accelerator == "gpu"):  # a GPU profile's step means nothing on a CPU
-                step = profile_step(facts, args, device)
-                row.update(step_images_per_s=step, workers_needed=loader.workers_needed(step, per_worker),
-                           warning=loader.feed_warning(facts, per_worker, step, cores))
+                   "accelerator": facts.accelerator, "jpeg_kib": jpeg_kib, "workers_configured": facts.num_workers,
+                   "bytes_per_worker_images_per_s": None, "decode_on": None, "device_decode_images_per_s": None,
+                   "step_images_per_s": step, "workers_needed": None, "warning": None}
+            if folder:
+                row.update(loader.folder_rates(facts, args.data_images, root, device, step))
+            else:
+                row["per_worker_images_per_s"] = loader.loader_rate(facts, args.data_images, root)
+            if step is not None:
+                feeding = row["bytes_per_worker_images_per_s" if row["decode_on"] == "device" else "per_worker_images_per_s"]
+                row.update(workers_needed=loader.workers_needed(row["step_images_per_s"], feeding),
+                           warning=loader.feed_warning(facts, feeding, row["step_images_per_s"], cores))
             out.append(row)
     return out
 

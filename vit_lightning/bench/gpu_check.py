@@ -1,11 +1,12 @@
 """`vit-ablate gpu-check`: one short, offline run that shows a GPU machine runs the GPU profiles (under 8 minutes).
 
-Steps: the bench at ViT-B/16 224 px in bf16, eager and compiled, against timm, with the loaders of the GPU
-profiles; every encoding's and pooling's step time; every encoding's step compiled at the cifar10 profile's
-S/4 32 px; the cifar10 profile's trial rate (real `fit` trials on CIFAR-sized synthetic data, one alone and N on
-one GPU, the loss must fall and the records be complete) and the projected time of the Table 8 cifar10 profile;
-a 1-GPU DDP fit with model.compile. Writes one markdown report (for results/benchmarks.md); exits 1 if a step
-failed. `--dry-run` runs the same steps on the CPU at tiny sizes, as CI does.
+Steps: the bench at ViT-B/16 224 px in bf16, eager and compiled, against timm, with the loaders of the GPU profiles
+and whether 4 CPU workers feed B/16 when its JPEGs are decoded on the GPU; every encoding's and pooling's step time;
+every encoding's step compiled at the cifar10 profile's S/4 32 px; the cifar10 profile's trial rate (real `fit`
+trials on CIFAR-sized synthetic data, one alone and N on one GPU, the loss must fall and the records be complete)
+and the projected time of the Table 8 cifar10 profile; a 1-GPU DDP fit with model.compile. Writes one markdown
+report (for results/benchmarks.md); exits 1 if a step failed. `--dry-run` runs the same steps on the CPU at tiny
+sizes, as CI does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,7 +25,7 @@ import torch
 
 from vit_lightning.ablation import load as load_ablation
 from vit_lightning.bench import cli as bench
-from vit_lightning.bench import profile_run
+from vit_lightning.bench import loader, profile_run
 from vit_lightning.bench.models import DEFAULT_ENCODING
 from vit_lightning.bench.profile_run import FIT_COMMON, fit, rate_fit_args
 from vit_lightning.bench.report import render_markdown
@@ -44,6 +46,9 @@ DRY_BENCH = ["--variant", "micro", "--img-size", "16", "--patch-size", "8", "--b
 # dynamo and AOTAutograd only (aot_eager); tests/test_compile.py runs inductor on the CPU.
 DRY_COMPILE = ["--compile-backend", "aot_eager"]
 DRY_ENCODINGS = [next(name for name, kind in ENCODINGS.items() if kind.rotary)]  # one rotation
+FEED_WORKERS = 4  # the issue's target: B/16 at 224 px fed at its step rate by at most 4 CPU workers (JPEGs decoded on
+# the GPU); the dry run checks the same at the dry bench's size, on the CPU, from tiny JPEGs
+DRY_JPEGS, DRY_JPEG_SIZE = 16, (64, 48)
 TRIALS_PER_GPU = 3  # the trial-rate step's N (the sweep's --trials-per-gpu), unless --trials-per-gpu says otherwise
 
 # Seconds each step is planned to take on one H200, from the rates measured there (torch 2.11, bf16): a B/16 step
@@ -123,6 +128,40 @@ def step_rate(report: dict) -> float | None:
                  and r["precision"] == "bf16" and not r["compiled"]), None)
 
 
+def option(argv: list[str], flag: str) -> str:
+    """The value that follows `flag` in an argument list."""
+    return argv[argv.index(flag) + 1]
+
+
+def dry_folder_facts() -> loader.ProfileFacts:
+    """The imagenet profile's loader at the dry bench's model, image side and batch, decoding on the device (the CPU)."""
+    size, batch = int(option(DRY_BENCH, "--img-size")), int(option(DRY_BENCH, "--batch-size"))
+    facts = loader.profile_facts("imagenet")
+    return replace(facts, data={**facts.data, "img_size": size, "batch_size": batch, "decode_on": "device"},
+                   variant=option(DRY_BENCH, "--variant"), patch_size=int(option(DRY_BENCH, "--patch-size")),
+                   img_size=size, batch_size=batch)
+
+
+def decode_feed(report: dict, dry: bool, tmp: Path) -> list[str]:
+    """Whether the bench's model is fed by FEED_WORKERS workers that read bytes, its JPEGs decoded on the device: on
+    a GPU from the imagenet profile's row of the bench; in the dry run measured the same way here, on the CPU."""
+    row = next((d for d in report["data"] if d["profile"] == "imagenet"), None)
+    if dry:
+        facts, root = dry_folder_facts(), tmp / "jpegs"
+        loader.write_jpegs(root, DRY_JPEGS, size=DRY_JPEG_SIZE)
+        row = {"model": f"{facts.variant}/{facts.patch_size} {facts.img_size}px",
+               **loader.folder_rates(facts, DRY_JPEGS, root, torch.device("cpu"), step_rate(report))}
+    if row is None or row.get("device_decode_images_per_s") is None:
+        where = "no imagenet row" if row is None else f"data.decode_on=auto decodes on the {row['decode_on']} here"
+        return [f"JPEGs decoded on the device: not measured ({where}: torchvision's nvJPEG decode is not usable)"]
+    fed, per_worker = row["step_images_per_s"], row["bytes_per_worker_images_per_s"]
+    need = loader.workers_needed(fed, per_worker)
+    return [f"{row['model']} fed with <= {FEED_WORKERS} workers, JPEGs decoded on the device: "
+            f"{'yes' if need <= FEED_WORKERS else '**no**'} ({need} needed: {per_worker:,.0f} img/s per worker reading "
+            f"bytes for a step of {fed:,.0f} img/s with the decode, which runs at {row['device_decode_images_per_s']:,.0f}"
+            f" img/s on the device; a worker decoding in PIL: {row['per_worker_images_per_s']:,.0f} img/s)"]
+
+
 def steps(dry: bool, tmp: Path, per_gpu: int = TRIALS_PER_GPU) -> list[tuple[str, Callable[[], list[str]]]]:
     """(title, function returning markdown lines) for every step of the check."""
     base = DRY_BENCH if dry else GPU_BENCH
@@ -131,7 +170,8 @@ def steps(dry: bool, tmp: Path, per_gpu: int = TRIALS_PER_GPU) -> list[tuple[str
     measured: dict[str, float | None] = {}
 
     def headline():
-        return [render_markdown(run_bench([*base, "--precision", "bf16", *compiled, *data]))]
+        report = run_bench([*base, "--precision", "bf16", *compiled, *data])
+        return [render_markdown(report), "", *decode_feed(report, dry, tmp)]
 
     def encodings():
         return [render_markdown(run_bench([*base, "--precision", "bf16", "--encodings", "--no-timm", "--profiles"]))]

@@ -1,4 +1,5 @@
-"""The data path alone: images/s each profile's training loader delivers per CPU worker, and the workers a step needs."""
+"""The data path alone: images/s each profile's training loader delivers per CPU worker, and the workers a step needs;
+for an image folder also the byte-reading worker of decoding on the device (data.decode_on=device) and that decode."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import numpy as np
 import torch
 
 from vit_lightning.ablation import BASE
+from vit_lightning.bench.timing import sync
 from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.decode import decode_place
 
 PROFILES = tuple(BASE)  # demo, cifar10, imagenet
 JPEG_SIZE = (500, 375)  # about ImageNet's mean training image (W, H)
@@ -70,9 +73,10 @@ def write_jpegs(root: Path, images: int, classes: int = 4, size: tuple[int, int]
     return float(np.mean(sizes)) / 1024
 
 
-def loader_rate(facts: ProfileFacts, images: int, root: Path) -> float:
-    """Training images/s of the profile's loader run in this process with one thread, as one worker runs it."""
-    dm = ViTDataModule(**{**facts.data, "root": str(root), "num_workers": 0})
+def loader_rate(facts: ProfileFacts, images: int, root: Path, decode_on: str = "cpu") -> float:
+    """Training images/s of the profile's loader run in this process with one thread, as one worker runs it
+    (decode_on=device: the worker that only reads the files' bytes)."""
+    dm = ViTDataModule(**{**facts.data, "root": str(root), "num_workers": 0, "decode_on": decode_on})
     dm.setup("fit")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # DataLoader workers run with one thread each
@@ -89,6 +93,36 @@ def loader_rate(facts: ProfileFacts, images: int, root: Path) -> float:
         return seen / (time.perf_counter() - start)
     finally:
         torch.set_num_threads(threads)
+
+
+def device_decode_rate(facts: ProfileFacts, images: int, root: Path, device: torch.device) -> float:
+    """Training images/s of decoding on `device`: a batch of the profile's read bytes decoded, cropped, flipped,
+    RandAugmented and normalised there, over and over (host time included, as the training loop waits for it)."""
+    dm = ViTDataModule(**{**facts.data, "root": str(root), "num_workers": 0, "decode_on": "device"})
+    dm.setup("fit")
+    encoded = next(iter(dm.train_dataloader()))[0].to(device)
+    dm.train_collate.finish(encoded)  # warm-up: nvJPEG's state, first kernels
+    sync(device)
+    seen, start = 0, time.perf_counter()
+    while seen < images:
+        dm.train_collate.finish(encoded)
+        seen += len(encoded)
+    sync(device)
+    return seen / (time.perf_counter() - start)
+
+
+def folder_rates(facts: ProfileFacts, images: int, root: Path, device: torch.device, step: float | None) -> dict:
+    """An image folder's loader per worker decoding in PIL and reading bytes only, and where the profile decodes on
+    `device` (its data.decode_on); with its `step` measured there and decoding there: that decode's rate and the
+    step slowed by it, which the byte-reading workers must feed."""
+    out = {"per_worker_images_per_s": loader_rate(facts, images, root),
+           "bytes_per_worker_images_per_s": loader_rate(facts, images, root, decode_on="device"),
+           "decode_on": decode_place(facts.data.get("decode_on", "auto"), device, in_memory=False)}
+    if step is not None and out["decode_on"] == "device":
+        decode = device_decode_rate(facts, images, root, device)
+        fed = 1 / (1 / step + 1 / decode)  # the training loop decodes each batch on the device before its step
+        out.update(device_decode_images_per_s=decode, step_images_per_s=fed)
+    return out
 
 
 def workers_needed(step_images_per_s: float, per_worker_images_per_s: float) -> int:

@@ -53,16 +53,22 @@ def encoding_table(report: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def data_table(report: dict) -> tuple[list[str], list[list[str]]]:
-    headers = ["profile", "dataset", "model", "loader img/s per worker", "step img/s (batch, precision)",
-               "workers needed", "workers configured"]
+    headers = ["profile", "dataset", "model", "loader img/s per worker", "bytes-only img/s per worker",
+               "device decode img/s", "step img/s (batch, precision)", "workers needed", "workers configured"]
     rows = []
     for d in report["data"]:
         name = d["dataset"] + (f" ({d['jpeg_kib']:.0f} KiB JPEGs)" if d["jpeg_kib"] else "")
         step = f"- ({d['accelerator']} profile)" if d["step_images_per_s"] is None else f"{d['step_images_per_s']:,.0f}"
+        decoding = " with the decode" if d.get("device_decode_images_per_s") else ""
         rows.append([d["profile"], name, d["model"], f"{d['per_worker_images_per_s']:,.0f}",
-                     f"{step} ({d['batch_size']}, {d['precision']})", str(d["workers_needed"] or "-"),
+                     _rate(d.get("bytes_per_worker_images_per_s")), _rate(d.get("device_decode_images_per_s")),
+                     f"{step}{decoding} ({d['batch_size']}, {d['precision']})", str(d["workers_needed"] or "-"),
                      str(d["workers_configured"])])
     return headers, rows
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def _aligned(headers: list[str], rows: list[list[str]]) -> str:
@@ -101,7 +107,8 @@ def render_text(report: dict) -> str:
         parts += ["", "position encodings (training-step time over none's, same run and mode):",
                   _aligned(*encoding_table(report))]
     if report["data"]:
-        parts += ["", f"data path (one worker = one process with one thread; step = {REFERENCE}, eager):",
+        parts += ["", f"data path (one worker = one process with one thread; bytes-only: the worker of data.decode_on="
+                  f"device; step = {REFERENCE}, eager):",
                   _aligned(*data_table(report))]
     parts += ["", "targets:"] + [f"  [{'met' if t['met'] else 'MISSED'}] {t['target']} {t['op']} {t['threshold']:g}: "
                                  f"{t['value']:.2f}{'  (' + t['note'] + ')' if t['note'] else ''}" for t in report["targets"]]

@@ -32,6 +32,17 @@ class BatchRandAugment:
         negative = torch.rand(self.num_ops, batch) <= 0.5  # v2.RandAugment negates signed ops at p=0.5 too
         return ops, negative
 
+    def draw_one(self) -> tuple[list[int], list[bool]]:
+        """One sample's op ids and negate flags (num_ops each), drawn as v2.RandAugment draws them for one image: an
+        op, then a sign only if the op is signed; so a batch drawn sample by sample matches per-image transforms."""
+        ops, negative = [], []
+        for _ in range(self.num_ops):
+            op = int(torch.randint(len(self.space), ()))
+            ops.append(op)
+            # v2 draws a sign for a signed op that has magnitudes: every signed op of torchvision's table has them
+            negative.append(bool(self.space[op][1][1] and torch.rand(()) <= 0.5))
+        return ops, negative
+
     def magnitude_of(self, op: int, height: int, width: int) -> float:
         """The op's magnitude at this image size (before the sign); 0 for ops without one."""
         values = self.space[op][1][0](self.num_bins, height, width)

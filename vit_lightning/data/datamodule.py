@@ -17,6 +17,7 @@ from typing_extensions import override
 from vit_lightning.bookkeeping import WORKERS_ENV, number_in
 from vit_lightning.compat.lightning import epoch_batches_done
 from vit_lightning.data.augment import BatchRandAugment, random_crop_flip
+from vit_lightning.data.decode import DECODE_ON, DecodeCollate, byte_view, decode_place
 from vit_lightning.data.glyphs import Glyphs, TranslatedMnist
 from vit_lightning.data.resumable import ResumableLoader, ResumableSampler, run_seed
 from vit_lightning.data.sources import (
@@ -35,7 +36,7 @@ from vit_lightning.data.sources import (
     stratified_split,
 )
 
-__all__ = ["ViTDataModule", "DATASETS", "AUGMENT_ON", "random_crop_flip", "CIFAR10_STATS", "CIFAR100_STATS",
+__all__ = ["ViTDataModule", "DATASETS", "AUGMENT_ON", "DECODE_ON", "random_crop_flip", "CIFAR10_STATS", "CIFAR100_STATS",
            "IMAGENET_STATS", "MNIST_STATS", "read_mnist5k"]
 
 AUGMENT_ON = ("auto", "cpu", "device")  # where in-memory training batches are augmented (auto: device on a GPU)
@@ -189,17 +190,15 @@ class ViTDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         img_size: int | None = None,
         val_split: float = 0.2,
-        random_crop: bool | None = None,
-        flip: bool | None = None,
+        random_crop: bool | None = None, flip: bool | None = None,
         randaugment: bool = False,
-        mixup_alpha: float = 0.0,
-        cutmix_alpha: float = 0.0,
+        mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
         split_seed: int = 0,
         holdout: float = 0.0,
         task: str | None = None,
         resize: str = "zoom",
         glyph_scale: int = 1,
-        augment_on: str = "auto",
+        augment_on: str = "auto", decode_on: str = "auto",
     ):
         """The dataset, its split and augmentation, and its loaders; every argument is a `--data.<name>` option.
 
@@ -227,11 +226,12 @@ class ViTDataModule(pl.LightningDataModule):
             glyph_scale: glyphs drawn that many times larger (each pixel a glyph_scale square), for large patches.
             augment_on: where in-memory training batches are augmented and normalised: cpu (the loader's collate),
                 device (the whole batch on the training device, after the transfer), auto (device on a GPU).
+            decode_on: where an image folder's training JPEGs are decoded: cpu (PIL, in the loader workers), device (the
+                workers read bytes; decoded and augmented after the transfer), auto (device on a GPU with nvJPEG).
         """
         super().__init__()
         self.save_hyperparameters()
-        check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=holdout,
-                      task=task, resize=resize, glyph_scale=glyph_scale, augment_on=augment_on)
+        check_options(**self.hparams)
         # Constructing the source checks the data is there, so a bad root fails before any training.
         self.source = SOURCES[name](root, download, val_split, split_seed, img_size=img_size, task=task,
                                     glyph_scale=glyph_scale)
@@ -302,14 +302,27 @@ class ViTDataModule(pl.LightningDataModule):
         self.train_collate = BatchCollate(mean, std, self.img_size, **crop, defer=self.augments_on_device(),
                                           resize=hp.resize)
         self.val_collate = BatchCollate(mean, std, self.img_size, resize=hp.resize)
+        if self.decodes_on_device():  # the workers read bytes; decoding and the training transform follow the transfer
+            self.train_set, self.train_collate = byte_view(self.train_set), DecodeCollate(train_tf, self.val_collate.finish)
 
     def augments_on_device(self) -> bool:
-        """Training batches are augmented on the training device (data.augment_on; auto: when that is a GPU)."""
+        """Training batches are augmented on the training device (data.augment_on; auto: when that is a GPU; an image
+        folder's where its images are decoded)."""
         choice = self.hparams.augment_on
+        if not self.source.in_memory:
+            return self.decodes_on_device()
         if choice == "auto":
-            trainer = self.trainer
-            return self.source.in_memory and trainer is not None and trainer.strategy.root_device.type != "cpu"
+            device = self._root_device()
+            return device is not None and device.type != "cpu"
         return choice == "device"
+
+    def decodes_on_device(self) -> bool:
+        """An image folder's training JPEGs are decoded on the training device (data.decode_on; auto: on a GPU whose
+        nvJPEG works)."""
+        return decode_place(self.hparams.decode_on, self._root_device(), self.source.in_memory) == "device"
+
+    def _root_device(self) -> torch.device | None:
+        return self.trainer.strategy.root_device if self.trainer is not None else None
 
     @override
     def train_dataloader(self) -> DataLoader:
@@ -335,6 +348,8 @@ class ViTDataModule(pl.LightningDataModule):
             return view, view.labels
         view = copy.copy(self.train_set)  # both TensorImages and ImageFolder keep their per-sample tf in .transform
         view.transform = self.val_set.transform
+        if hasattr(view, "loader"):  # an image folder's: the training view may read bytes only (data.decode_on)
+            view.loader = self.val_set.loader
         labels = getattr(view, "labels", None)
         return view, torch.as_tensor(view.targets if labels is None else labels, dtype=torch.int64)
 
@@ -383,7 +398,7 @@ def held_out_folder(train: datasets.ImageFolder, val_tf, share: float, seed: int
 
 
 def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=0.0,
-                  task=None, resize="zoom", glyph_scale=1, augment_on="auto", **_) -> None:
+                  task=None, resize="zoom", glyph_scale=1, augment_on="auto", decode_on="auto", **_) -> None:
     """Reject bad options with one line, before anything is loaded (the sweep checks its trials with it)."""
     if name not in SOURCES:
         raise ValueError(f"unknown data.name {name!r}; valid: {', '.join(SOURCES)}")
@@ -425,10 +440,20 @@ def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alph
     if not number_in(mixup_alpha, 0, 1e3) or not number_in(cutmix_alpha, 0, 1e3):
         raise ValueError(f"data.mixup_alpha and data.cutmix_alpha must be >= 0, finite numbers in [0, 1000], "
                          f"got {mixup_alpha}, {cutmix_alpha}")
-    if augment_on not in AUGMENT_ON:
-        raise ValueError(f"unknown data.augment_on {augment_on!r}; valid: {', '.join(AUGMENT_ON)}")
+    check_placement(name, augment_on, decode_on)
+
+
+def check_placement(name: str, augment_on: str, decode_on: str) -> None:
+    """data.augment_on and data.decode_on: known, and `device` only for the data each one places."""
+    for option, value, choices in (("augment_on", augment_on, AUGMENT_ON), ("decode_on", decode_on, DECODE_ON)):
+        if value not in choices:
+            raise ValueError(f"unknown data.{option} {value!r}; valid: {', '.join(choices)}")
+    memory = ", ".join(n for n, source in SOURCES.items() if source.in_memory)
     if augment_on == "device" and not SOURCES[name].in_memory:
-        memory = ", ".join(n for n, source in SOURCES.items() if source.in_memory)
         raise ValueError(f"data.augment_on=device needs a dataset held in memory ({memory}); {name} augments each "
-                         "image in its loader: use auto or cpu")
+                         "image in its loader: use auto or cpu (or data.decode_on=device)")
+    if decode_on == "device" and SOURCES[name].in_memory:
+        files = ", ".join(n for n, source in SOURCES.items() if not source.in_memory)
+        raise ValueError(f"data.decode_on=device: only {files} decodes image files; {name} is held in memory "
+                         "(data.augment_on=device augments it on the device): use auto or cpu")
 

@@ -6,7 +6,7 @@ the check itself stays where each registry is read (the config, the module, the 
 
 from __future__ import annotations
 
-from vit_lightning.data.datamodule import DATASETS, RESIZE
+from vit_lightning.data.datamodule import AUGMENT_ON, DATASETS, DECODE_ON, RESIZE
 from vit_lightning.data.glyphs import TASKS
 from vit_lightning.model import FAMILIES, HEADS, POOLINGS
 from vit_lightning.model.family import family_options
@@ -24,7 +24,8 @@ def option_choices() -> dict[str, tuple | dict[str, tuple]]:
         "model.pooling": tuple(POOLINGS), "model.head": tuple(HEADS), "model.init": INITS,
         **{f"model.{name}": option.choices for name, option in family_options().items() if option.choices},
         "model.optimizer": OPTIMIZERS, "model.schedule": SCHEDULES, "model.pos_resample": RESAMPLE,
-        "data.name": DATASETS, "data.task": TASKS, "data.resize": RESIZE,
+        "data.name": DATASETS, "data.task": TASKS, "data.resize": RESIZE, "data.augment_on": AUGMENT_ON,
+        "data.decode_on": DECODE_ON,
     }
 
 

@@ -215,10 +215,12 @@ class RunRecord(EpochClock):
 
 
 def loader_facts(data) -> dict[str, Any]:
-    """The loader workers a run used (data.num_workers, at most its sweep slot's share) and where it augmented."""
+    """The loader workers a run used (data.num_workers, at most its sweep slot's share), where it augmented and where
+    it decoded its images."""
     if data is None or not hasattr(data, "workers"):
         return {}
-    return {"loader_workers": data.workers, "augment_on": "device" if data.augments_on_device() else "cpu"}
+    return {"loader_workers": data.workers, "augment_on": "device" if data.augments_on_device() else "cpu",
+            "decode_on": "device" if data.decodes_on_device() else "cpu"}
 
 
 def rate(images: int, seconds: float) -> float | None:
