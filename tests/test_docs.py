@@ -71,6 +71,16 @@ def test_readme_is_a_landing_page_whose_links_resolve():
             assert anchor in headings, f"README links to {target}: no such heading"
 
 
+def test_tables_quoted_in_the_readme_are_the_committed_ones():
+    """A results table quoted in README.md (a ```text block of table rows) is a verbatim excerpt of a committed
+    results table, so regenerating the results cannot leave the landing page quoting old numbers."""
+    committed = [p.read_text() for p in (ROOT / "results").rglob("table.md")]
+    quoted = re.findall(r"^```text\n((?:\|.*\n)+)```$", (ROOT / "README.md").read_text(), re.M)
+    assert quoted, "README quotes no results table"
+    for block in quoted:
+        assert any(block in table for table in committed), f"README quotes a table no results/ file holds:\n{block}"
+
+
 def slug(heading: str) -> str:
     """MkDocs' (Python-Markdown toc's) anchor for a heading."""
     text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
