@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -31,6 +32,12 @@ class Panel(NamedTuple):
     label: str  # the colour bar's label
     extent: tuple[float, float, float, float] | None = None  # axis coordinates (None: no ticks)
     note: str = "nothing to draw"
+
+
+def suptitle(fig: Figure, title: str, fontsize: float = 9) -> None:
+    """The figure's title, wrapped to its width so that a long one is not cut off at the edges."""
+    chars = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))  # an average glyph is about 0.55 em wide
+    fig.suptitle(textwrap.fill(title, chars), fontsize=fontsize)
 
 
 def similarity_mosaic(sim: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
@@ -90,7 +97,7 @@ def panels_figure(path: Path, panels: list[Panel], title: str, columns: int, cma
                 fig.colorbar(image, ax=ax, shrink=0.8).set_label(panel.label, fontsize=7)
         if shared:
             fig.colorbar(image, ax=axes, shrink=0.8).set_label(drawn[0].label)
-        fig.suptitle(title, fontsize=9)
+        suptitle(fig, title)
         return save_png(fig, path)
 
 
@@ -140,7 +147,7 @@ def rollout_figure(path: Path, images: np.ndarray, maps: np.ndarray, stride: flo
                               alpha=0.6, extent=extent, interpolation="bilinear")
             axes[1, i].set_xlim(-0.5, images.shape[-1] - 0.5)
             axes[1, i].set_ylim(images.shape[-2] - 0.5, -0.5)
-        fig.suptitle(title, fontsize=9)
+        suptitle(fig, title)
         return save_png(fig, path)
 
 
@@ -157,5 +164,5 @@ def components_figure(path: Path, comps: np.ndarray, ratios: np.ndarray, title: 
             shown, cmap = _display(comps[i])
             ax.imshow(shown, cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
             ax.set_title(f"{i + 1}: {100 * ratios[i]:.1f}%", fontsize=7)
-        fig.suptitle(title, fontsize=9)
+        suptitle(fig, title)
         return save_png(fig, path)

@@ -11,7 +11,7 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 
 from vit_lightning.plotstyle import STYLE, save_png
-from vit_lightning.viz.figures import MARKERS, Panel, panels_figure, write_csv, write_note
+from vit_lightning.viz.figures import MARKERS, Panel, panels_figure, suptitle, write_csv, write_note
 
 
 def is_rope(vit) -> bool:
@@ -93,5 +93,5 @@ def _frequency_figure(path: Path, freqs: np.ndarray, title: str) -> Path:
             ax.tick_params(labelsize=7)
         fig.axes[0].set_ylabel("fy")
         fig.legend(*fig.axes[0].get_legend_handles_labels(), fontsize=7, loc="outside right upper")
-        fig.suptitle(title, fontsize=9)
+        suptitle(fig, title)
         return save_png(fig, path)
