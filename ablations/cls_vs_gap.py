@@ -69,6 +69,12 @@ ABLATION = Ablation(
     cols=LR,
     layout="lr_sweep",
     reference={},
+    # the paper's two poolings and nothing since: these answer other questions than Figure 9's
+    not_swept={POOL: {
+        "gap_fcnorm": "timm's mean-then-LayerNorm, not the paper's GAP: a parity option for timm weights",
+        "gap_fcnorm_cls": "timm's mean-then-LayerNorm beside a [class] token: a parity option for timm weights",
+        "map": "attention pooling (big_vision's MAP head) comes after the paper; no profile asks about it yet",
+    }},
     shown_lrs=("Figure 9", {"gap/linear": 0.0003, "cls/mlp_tanh": 0.0008}),
     reference_note="Figure 9 plots ViT-B/16 ImageNet 5-shot linear top-1 over training: CLS at lr 8e-4 and "
     "GAP at lr 3e-4 end alike, GAP at lr 8e-4 ends lower (curves only, no cell values)",

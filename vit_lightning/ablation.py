@@ -16,6 +16,7 @@ from typing import Any
 from vit_lightning.bookkeeping import BEST_METRIC, SEED_KEY, SHUFFLE_DROP
 from vit_lightning.defaults import DEMO
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
+from vit_lightning.model.position import where_acts
 
 METRIC = BEST_METRIC
 # top-1 lost when each image's patches are shuffled (vit_lightning/analysis/shuffle.py): a column for position ablations
@@ -127,6 +128,9 @@ class Ablation:
     patch_transfer_reference: dict = field(default_factory=dict)  # evaluated patch size -> top-1
     patch_transfer_source: str = ""  # the model's patch size (the row label)
     patch_transfer_note: str = ""  # what the reference numbers are
+    # registry names no profile runs, on purpose: option key -> {name: why} (the coverage test reads it, so a new
+    # registry entry is either swept by a new profile or listed here, never added to a committed profile)
+    not_swept: dict[str, dict[str, str]] = field(default_factory=dict)
     doc: str = field(default="", compare=False)  # the ablation file's docstring
 
     def __post_init__(self):
@@ -135,6 +139,9 @@ class Ablation:
         if self.layout not in LAYOUTS:
             raise ValueError(f"ablation {self.name!r}: unknown layout {self.layout!r}; "
                              f"choose from {', '.join(LAYOUTS)}")
+        for key, reasons in self.not_swept.items():
+            if not all(isinstance(why, str) and why.strip() for why in reasons.values()):
+                raise ValueError(f"ablation {self.name!r}: not_swept[{key!r}] gives each name a reason")
         fixed = {}
         for key, prof in self.profiles.items():
             if key != prof.name:
@@ -280,6 +287,25 @@ def runs_of(source: Ablation, name: str, key: str, seeds: tuple[int, ...] | None
     """One grid block per cell of source's profile `name`: that cell, and `key` swept over its runs (RunsOf)."""
     return tuple({**{k: [v] for k, v in cell.items()}, key: [RunsOf(source, name, seeds)]}
                  for cell in source.profile(name).cells())
+
+
+def runs_values(ablations: list[Ablation], key: str) -> set:
+    """Every name (str value) of `key` some profile of `ablations` runs, swept or fixed."""
+    profiles = [prof for ab in ablations for prof in ab.profiles.values()]
+    values = [cell.get(key) for prof in profiles for cell in prof.cells()] + [prof.fixed.get(key) for prof in profiles]
+    return {value for value in values if isinstance(value, str)}
+
+
+def uncovered(key: str, names, ablations: list[Ablation]) -> list[str]:
+    """The registry `names` of option `key` that no profile of `ablations` runs and no ablation lists in not_swept."""
+    listed = {name for ab in ablations for name in ab.not_swept.get(key, {})}
+    runs = runs_values(ablations, key)
+    return [name for name in names if name not in runs and name not in listed]
+
+
+def where_encoding_acts(encoding: str, injection: str) -> str | None:
+    """A grid column for an encoding that does not act at the stem (where it acts instead), else None."""
+    return where_acts(encoding, injection)
 
 
 # A fixed value `select:<profile>`: the sweep sets it per grid block to the value that profile's runs of the same

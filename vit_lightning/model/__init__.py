@@ -12,5 +12,12 @@ from vit_lightning.model.timm_weights import load_timm_weights
 
 __all__ = [
     "DEFAULT_ARCH", "ENCODING_OPTIONS", "ENCODINGS", "FAMILIES", "HEADS", "INJECTIONS", "POOLINGS", "STEMS", "VARIANTS", "Backbone",
-    "Family", "Swin", "ViT", "ViTConfig", "build_backbone", "family_of", "load_timm_weights", "timm_twin",
+    "Family", "Swin", "ViT", "ViTConfig", "build_backbone", "family_of", "load_timm_weights", "registered_names", "timm_twin",
 ]
+
+
+def registered_names() -> dict[str, tuple[str, ...]]:
+    """Each option whose values come from a registry -> the names registered now (every family's encodings)."""
+    encodings = dict.fromkeys([*ENCODINGS, *(name for family in FAMILIES.values() for name in family.encodings)])
+    return {"model.pos_encoding": tuple(encodings), "model.pooling": tuple(POOLINGS), "model.head": tuple(HEADS),
+            "model.stem": tuple(STEMS)}

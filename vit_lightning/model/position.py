@@ -528,6 +528,17 @@ def trained_options(options: dict) -> dict:
     return {**{k: BEFORE_OPTIONS[k] for k in (kind.reads if kind else ()) if k in BEFORE_OPTIONS}, **options}
 
 
+def where_acts(name: str, injection: str) -> str | None:
+    """Where an encoding that does not act at the stem acts (a table's column), else None: relative and rotary ones in
+    every block's attention, a conditional one (PEG) after block 0 (or after every block but the last)."""
+    kind = ENCODINGS[name]
+    if kind.relative or kind.rotary:
+        return "every block"
+    if kind.conditional:
+        return "after block 0" if injection == "stem" else "after every block but the last"
+    return None
+
+
 class PositionEncoding(nn.Module):
     """The chosen encoding, injected where asked: at the stem, or at the input of every block.
 
