@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import fields
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,18 @@ def test_site_builds_strictly(tmp_path):
     result = build(ROOT, tmp_path / "site")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "reference" / "options" / "index.html").is_file()
+
+
+def test_site_builds_strictly_with_the_builtin_theme(tmp_path):
+    """The theme that replaces Material at its end of life (docs/design.md) builds the same pages strictly."""
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    config = (ROOT / "mkdocs.yml").read_text()
+    plain = re.sub(r"theme:\n  name: material\n  features:\n(?:    - .*\n)+", "theme:\n  name: mkdocs\n", config)
+    assert plain != config
+    (tmp_path / "mkdocs.yml").write_text(plain)
+    result = build(tmp_path, tmp_path / "site")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "mkdocs" in (tmp_path / "site" / "index.html").read_text()
 
 
 @pytest.mark.parametrize("damage", ["broken link", "page missing from the nav", "broken anchor"])
@@ -71,14 +84,84 @@ def test_readme_is_a_landing_page_whose_links_resolve():
             assert anchor in headings, f"README links to {target}: no such heading"
 
 
-def test_tables_quoted_in_the_readme_are_the_committed_ones():
-    """A results table quoted in README.md (a ```text block of table rows) is a verbatim excerpt of a committed
-    results table, so regenerating the results cannot leave the landing page quoting old numbers."""
-    committed = [p.read_text() for p in (ROOT / "results").rglob("table.md")]
-    quoted = re.findall(r"^```text\n((?:\|.*\n)+)```$", (ROOT / "README.md").read_text(), re.M)
-    assert quoted, "README quotes no results table"
+# Hand-written pages (the generated reference/ aside), each checked against the committed tables it quotes
+HAND_WRITTEN = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md"))]
+QUOTED = re.compile(r"^```text\n((?:\|.*\n)+)```$", re.M)
+# A paragraph quoting results opens with `<!-- numbers: results/<...>/table.md ...; elsewhere: 0.063 (why) -->` on its
+# own line: its numbers come from those committed tables (as printed, or rounded), or are listed after `elsewhere:`
+# with where they come from (the paper, an earlier draw)
+MARKER = re.compile(r"^<!-- numbers: (.*?) -->\n", re.M)
+NUMBER = re.compile(r"(?<![\w.])\d+\.\d+(?:e-?\d+)?(?!\w)")
+RESULTS_LIKE = re.compile(r"(?<![\w.])\d+\.\d{3,}(?!\w)|± ?\d")  # an accuracy, p or spread: what tables print
+
+
+def committed_tables() -> dict[str, str]:
+    """Every committed results table's text by its path from the repository root."""
+    return {str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "results").rglob("table.md"))}
+
+
+def paragraphs(text: str) -> list[tuple[str | None, str]]:
+    """(marker or None, paragraph) of a page's prose (code blocks aside), a marker belonging to the next paragraph."""
+    out, marker = [], None
+    for block in re.split(r"\n\s*\n", re.sub(r"```.*?```", "", text, flags=re.S)):
+        if found := MARKER.match(block + "\n"):
+            marker, block = found.group(1), block[found.end():]
+        if block.strip():
+            out.append((marker, block))
+            marker = None
+    return out
+
+
+def unquoted(marker: str, paragraph: str, tables: dict[str, str]) -> list[str]:
+    """The numbers of `paragraph` that neither the tables its marker names hold (as printed or rounded) nor it lists."""
+    named, _, elsewhere = marker.partition("elsewhere:")
+    sources = [tables[path] for path in named.rstrip("; ").split()]  # KeyError: a marker naming no committed table
+    held = [float(x) for text in sources for x in NUMBER.findall(text)]
+    listed = set(NUMBER.findall(elsewhere))
+
+    def holds(token: str) -> bool:
+        tolerance = 0.5 * 10 ** Decimal(token).as_tuple().exponent + 1e-12  # half a unit of the last digit written
+        return any(abs(value - float(token)) <= tolerance for value in held)
+
+    return [t for t in NUMBER.findall(paragraph) if t not in listed and not holds(t)]
+
+
+@pytest.mark.parametrize("page", HAND_WRITTEN, ids=lambda p: p.name)
+def test_tables_quoted_in_the_docs_are_the_committed_ones(page):
+    """A results table quoted in a hand-written page (a ```text block of table rows) is a verbatim excerpt of a
+    committed results table, so regenerating the results cannot leave a page quoting old numbers."""
+    committed = committed_tables().values()
+    quoted = QUOTED.findall(page.read_text())
+    assert quoted or page.name != "README.md", "README quotes no results table"
     for block in quoted:
-        assert any(block in table for table in committed), f"README quotes a table no results/ file holds:\n{block}"
+        assert any(block in table for table in committed), f"{page.name} quotes a table no results/ file holds:\n{block}"
+
+
+@pytest.mark.parametrize("page", HAND_WRITTEN, ids=lambda p: p.name)
+def test_numbers_in_the_docs_are_the_committed_ones(page):
+    """Every number of a paragraph that quotes results is in the committed tables its marker names, or is listed
+    with its source; a paragraph printing results (3 decimals, ±) without a marker fails by its first words."""
+    tables = committed_tables()
+    for marker, paragraph in paragraphs(page.read_text()):
+        where = f"{page.name}: {' '.join(paragraph.split()[:8])}..."
+        if marker is None:
+            assert not RESULTS_LIKE.search(paragraph), f"{where} quotes results without a `<!-- numbers: -->` marker"
+            continue
+        for path in marker.partition("elsewhere:")[0].rstrip("; ").split():
+            assert path in tables, f"{where}: its marker names {path}, no committed table"
+        assert not unquoted(marker, paragraph, tables), f"{where}: not in its tables: {unquoted(marker, paragraph, tables)}"
+
+
+def test_a_number_changed_by_hand_fails_the_check():
+    """The check is real: a quoted mean changed in its last digit, or an unmarked result, fails."""
+    tables = {"results/t/table.md": "| none | 0.8418 ± 0.0111 (n=5) | Holm p 0.183 |"}
+    marker = "results/t/table.md; elsewhere: 0.063 (an earlier draw)"
+    assert unquoted(marker, "none ends at 0.842 ± 0.011 (p 0.183; earlier 0.063)", tables) == []
+    assert unquoted(marker, "none ends at 0.843 ± 0.011", tables) == ["0.843"]
+    assert unquoted(marker, "none ends at 0.8419", tables) == ["0.8419"]
+    page = "Intro 0.02.\n\n<!-- numbers: results/t/table.md -->\nnone 0.842\n\nlater 0.951 ± 0.020\n"
+    assert [m for m, _ in paragraphs(page)] == [None, "results/t/table.md", None]
+    assert RESULTS_LIKE.search(paragraphs(page)[2][1]) and not RESULTS_LIKE.search(paragraphs(page)[0][1])
 
 
 def slug(heading: str) -> str:
