@@ -61,6 +61,7 @@ def grids(name: str) -> list[dict]:
 
 ABLATION = Ablation(
     name="cls_vs_gap",
+    naming=1,  # the naming rule its committed runs were named by: their names and sweep YAMLs stay
     title="Class token + MLP head vs global average pooling + linear head (and class token + linear) across learning rates",
     source="Figure 9 (appendix D.3)",
     finding="CLS and GAP reach the same accuracy, but GAP needs a lower learning rate (3e-4 vs 8e-4).",

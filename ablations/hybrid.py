@@ -22,6 +22,7 @@ FIXED = {
 
 ABLATION = Ablation(
     name="hybrid",
+    naming=1,  # the naming rule its committed runs were named by: their names and sweep YAMLs stay
     title="Patch stem vs hybrid ResNet stem",
     source="Section 3.1, Figure 5",
     finding="Hybrids beat plain ViT slightly at small compute budgets; the difference vanishes for larger models.",

@@ -21,6 +21,7 @@ SIZES = {"demo": [2, 4, 7, 14], "cifar10": [2, 4, 8], "imagenet": [8, 16, 32]}  
 
 ABLATION = Ablation(
     name="patch_size",
+    naming=1,  # the naming rule its committed runs were named by: their names and sweep YAMLs stay
     title="Patch size: sequence length vs accuracy and compute",
     source="Figure 8 / Table 5",
     finding="Smaller patches (longer sequences) give higher accuracy at more compute.",

@@ -37,6 +37,7 @@ DEMO_SCOPE = ("What it can say: for a micro ViT (width 64, 4 blocks) trained 6 e
 
 ABLATION = Ablation(
     name="pos_diagnostic",
+    naming=1,  # the naming rule its committed runs were named by: their names and sweep YAMLs stay
     title="Position encodings on tasks with known answers",
     source="ours (a controlled benchmark; RoPE-ViT's extrapolation question, Heo et al. 2024)",
     finding="No position: chance where the answer is a place; relative and rotary encodings answer relative "

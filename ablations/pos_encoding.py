@@ -98,6 +98,7 @@ def where_it_acts(cell: dict) -> str | None:
 
 ABLATION = Ablation(
     name="pos_encoding",
+    naming=1,  # the naming rule its committed runs were named by: their names and sweep YAMLs stay
     title="Position encoding and where it is injected",
     source="Table 8 (appendix D.4)",
     finding="Any position encoding beats none; 1-D, 2-D and relative encodings perform alike.",

@@ -25,6 +25,7 @@ QUARTERS = {1: "L/4", 2: "L/2", 3: "3L/4", 4: "L"}  # the layers viz records (vi
 
 ABLATION = Ablation(
     name="registers",
+    naming=1,  # the naming rule its committed runs were named by: their names and sweep YAMLs stay
     title="Register tokens: accuracy, high-norm tokens and attention entropy",
     source="Darcet et al. 2024, Table 2 and Figures 3-4; ours",
     finding="Registers leave accuracy about unchanged and take away the high-norm patch tokens of large ViTs.",

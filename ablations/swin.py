@@ -54,6 +54,7 @@ DEMO_SCOPE = ("What the demo can say: whether, for a two-stage micro Swin (width
 
 ABLATION = Ablation(
     name="swin",
+    naming=1,  # the naming rule its committed runs were named by: their names and sweep YAMLs stay
     title="Swin: shifted windows and position encodings",
     source="Swin Transformer (Liu et al. 2021), Table 4",
     finding="Shifted windows beat unshifted ones; the relative position bias beats no and absolute position "

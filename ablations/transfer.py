@@ -100,6 +100,7 @@ DEMO = {**FINE_TUNE, "data.img_size": 56, "data.batch_size": 32, "model.warmup_e
 
 ABLATION = Ablation(
     name="transfer",
+    naming=1,  # the naming rule its committed runs were named by: their names and sweep YAMLs stay
     title="Position encodings at a higher resolution: before and after fine-tuning",
     source="section 3.2 (fine-tuning at higher resolution); ours",
     finding="Ours: after fine-tuning at the higher resolution the encodings perform alike, as when pre-trained.",

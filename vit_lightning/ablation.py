@@ -16,6 +16,7 @@ from typing import Any
 from vit_lightning.bookkeeping import BEST_METRIC, SEED_KEY, SHUFFLE_DROP
 from vit_lightning.defaults import DEMO
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
+from vit_lightning.model.naming import FIRST, NAMING, NAMING_KEY, check_version
 from vit_lightning.model.position import where_acts
 
 METRIC = BEST_METRIC
@@ -52,6 +53,7 @@ class Profile:
     # other papers' numbers for this profile's cells, in place of the ablation's `reference` ({row: value or text})
     reference: dict | None = None
     reference_note: str = ""  # what those numbers are
+    naming: int | None = None  # the naming rule version of its trials' names (model/naming.py); None: its ablation's
 
     def __post_init__(self):
         if not self.grids or not self.seeds:
@@ -131,6 +133,9 @@ class Ablation:
     # registry names no profile runs, on purpose: option key -> {name: why} (the coverage test reads it, so a new
     # registry entry is either swept by a new profile or listed here, never added to a committed profile)
     not_swept: dict[str, dict[str, str]] = field(default_factory=dict)
+    # the naming rule version its profiles' trials are named by (model/naming.py): a new ablation the newest; one with
+    # committed runs the version that named them, so the names (and its sweep YAMLs) stay as they are
+    naming: int = NAMING
     doc: str = field(default="", compare=False)  # the ablation file's docstring
 
     def __post_init__(self):
@@ -152,8 +157,10 @@ class Ablation:
                 raise ValueError(f"ablation {self.name!r}: replicates={self.replicates!r} must be a key other than "
                                  "rows and cols")
             self._check_table(prof)
-            # every record lands in runs/<ablation>/<profile>/...
-            run_keys = {"run.ablation": self.name, "run.profile": prof.name}
+            # every record lands in runs/<ablation>/<profile>/...; a later naming rule reaches fit as run.naming
+            version = check_version(self.naming if prof.naming is None else prof.naming)
+            run_keys = {"run.ablation": self.name, "run.profile": prof.name,
+                        **({NAMING_KEY: version} if version != FIRST else {})}
             fixed[key] = dataclasses.replace(prof, fixed={**prof.fixed, **run_keys})
         object.__setattr__(self, "profiles", fixed)
 

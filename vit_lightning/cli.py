@@ -16,6 +16,7 @@ COMMANDS = {
     "eval": ("vit_lightning.analysis.evaluate:main", "top-1, top-5, loss and few-shot of a run or timm model on any data"),
     "bench": ("vit_lightning.bench.cli:main", "training step vs timm and the matmul peak; loader throughput"),
     "gpu-check": ("vit_lightning.bench.gpu_check:main", "one short run that proves a GPU machine (--dry-run: CPU)"),
+    "names": ("vit_lightning.sweep.names:main", "check run names against their naming rule (--migrate: add its version)"),
     "docs": ("vit_lightning.docs:main", "regenerate docs/reference/ from the registries (--check: exit 1 if stale)"),
 }
 

@@ -1,8 +1,9 @@
 """A run's identity: config values normalised once, the run's name, and where its record lives.
 
 `fit` names its run directory with the id the sweep runner hands it (`--run.trial`), else with
-`run_name` of the parameters a W&B agent gave it, else of its resolved config; the runner's id is
-`run_name` of the trial's parameters, so a trial has one name under either backend. The name
+`model.family.trial_name` of the parameters a W&B agent gave it, else of its resolved config; the runner's id is
+`trial_name` of the trial's parameters, so a trial has one name under either backend (model/naming.py says
+which options a name shows; this module makes the hash). The name
 includes the number of processes the run trains on (`world_size`): the global batch changes with
 it, so `--gpus-per-agent 2` and `4` are different runs. The runner then finds a trial's record by
 that id, and the tables compare designed and recorded values with `same`, so both read "1e-4",
@@ -18,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from vit_lightning.bookkeeping import RUN_DEFAULTS, SEED_KEY
+from vit_lightning.bookkeeping import RUN_DEFAULTS
 
 # Keys that do not change what is trained: bookkeeping (already in the path), display switches, compilation (the
 # same model, computed faster: a run may resume with it toggled) and where augmentation and decoding run (the same
@@ -115,45 +116,38 @@ def world_size(config: dict[str, Any], gpus: int) -> int:
     return max(1, count) * int(normalize(config.get("trainer.num_nodes")) or 1)
 
 
-def run_name(params: dict[str, Any], world: int = 1, neutral: dict | None = None, parts: dict | None = None,
-             defaults: dict | None = None) -> str:
-    """Readable summary of the ablation axes present, plus a hash of every normalised value that changes training.
-
-    `world` is the run's world_size; beyond one process it is part of the name and the hash (the global batch).
-    `neutral`: options left out at these values (added after runs were named: the names stay); `parts`: option
-    -> {value: readable part} for values the usual parts do not show (model.family.trial_name passes both).
-    `defaults` (an ad-hoc fit's parser defaults): values equal to them are left out of the hash, so an option
-    added later with a default leaves every name as it was; a sweep trial hashes every parameter it was given.
-    """
-    neutral, parts = neutral or {}, parts or {}
+def named_values(params: dict[str, Any], world: int = 1, neutral: dict | None = None) -> dict[str, Any]:
+    """The values a name is made of: normalised, without bookkeeping, without `neutral` options at their values
+    (options added after runs were named), with the world size beyond one process (the global batch)."""
+    neutral = neutral or {}
     values = {k: normalize(v) for k, v in params.items() if not k.startswith(NOT_IDENTITY)}
     values = {k: v for k, v in values.items() if k not in neutral or v != neutral[k]}
     if world != 1:
         values[WORLD_KEY] = world
+    return values
+
+
+def digest(values: dict[str, Any], defaults: dict | None = None) -> str:
+    """The hash of a name: every value, or (`defaults`: an ad hoc fit's parser defaults) those away from them, so an
+    option added later with a default renames nothing; a sweep trial hashes every parameter it was given."""
     hashed = values if defaults is None else {
         k: v for k, v in values.items() if k not in defaults or v != normalize(defaults[k])}
-    digest = hashlib.sha1(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:8]
-    get = values.get
-    patch = f"p{get('model.patch_size')}" if "model.patch_size" in values else None
-    if get("model.stem") == "hybrid":
-        patch = "hybrid" + "-".join(map(str, get("model.hybrid_layers") or []))
-    lr = get("model.lr")
-    flags = [part.get(values[k]) for k, part in sorted(parts.items()) if k in values and not isinstance(values[k], list)]
-    parts = ["ft" if get("model.init_from") else None, get("data.name"), get("model.arch"), get("model.variant"), patch,
-             *flags, get("model.pos_encoding"), get("model.pos_injection"),
-             get("model.pooling"), f"lr{lr:g}" if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
-             f"s{get(SEED_KEY)}" if SEED_KEY in values else None,
-             f"w{world}" if world != 1 else None, digest]
-    name = "-".join(str(p) for p in parts if p is not None)
+    return hashlib.sha1(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def compose(texts: list[str | None], world: int, hashed: str) -> str:
+    """A run name from its readable parts (None: absent), the world size beyond one process and its hash."""
+    name = "-".join(str(p) for p in [*texts, f"w{world}" if world != 1 else None, hashed] if p is not None)
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
-def run_dir(config: dict[str, Any], world: int = 1) -> Path:
-    """{run.root}/{run.ablation}/{run.profile}/{run.trial, else run_name(config, world)}."""
+def run_dir(config: dict[str, Any]) -> Path:
+    """{run.root}/{run.ablation}/{run.profile}/{run.trial} (model.family.trial_name names a trial)."""
     get = lambda key: str(config.get(key) or RUN_DEFAULTS[key])  # noqa: E731
     for key in ("run.ablation", "run.profile", TRIAL_KEY):  # each one folder below run.root, never outside it
         value = config.get(key)
         if value is not None and not TRIAL_NAME.fullmatch(str(value)):
             raise ValueError(f"{key}={value!r} must be one plain name of letters, digits, '.', '_' and '-'")
-    trial = config.get(TRIAL_KEY)
-    return Path(get("run.root")) / get("run.ablation") / get("run.profile") / (trial or run_name(config, world))
+    if not config.get(TRIAL_KEY):
+        raise ValueError(f"{TRIAL_KEY} is not set: a run folder is named by its trial's name")
+    return Path(get("run.root")) / get("run.ablation") / get("run.profile") / str(config[TRIAL_KEY])

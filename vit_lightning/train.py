@@ -39,11 +39,12 @@ from vit_lightning.bookkeeping import (
     number_in,
 )
 from vit_lightning.compat.lightning import cli_options, set_collective_timeout
-from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.datamodule import NAMED_AFTER_EARLIER, ViTDataModule
 from vit_lightning.data.resumable import ResumeLoader
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
-from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, trial_name
+from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, added_after_earlier, family_options, trial_name
+from vit_lightning.model.naming import EARLIER, FAMILY_DEFAULT_SINCE, FIRST, NAMING_KEY, VERSIONS
 from vit_lightning.run import hyperband, loggers, rundir, transfer
 from vit_lightning.run.callbacks import (
     ConfigToLoggers,
@@ -92,6 +93,9 @@ class FitCLI(LightningCLI):
                             help="Profile (demo, cifar10, ...).")
         parser.add_argument("--run.trial", type=str | None, default=None,
                             help="Run directory name given by the sweep runner (default: from the config).")
+        parser.add_argument(f"--{NAMING_KEY}", type=Literal[tuple(v for v in VERSIONS if v >= FIRST)], default=FIRST,
+                            help="The naming rule version this run is named by (model/naming.py; 2 shows every "
+                                 "swept key in words; runs named before keep 1).")
         parser.add_argument("--run.retrain", type=bool, default=False, help="Train again even if completed.")
         parser.add_argument("--run.wandb", type=Literal[loggers.MODES], default="auto",
                             help="auto: on with W&B credentials or under a W&B agent (offline there without them); "
@@ -187,12 +191,13 @@ class FitCLI(LightningCLI):
             return trial_name(transfer.named_by_source(params), world)
         # ad hoc: only values away from the parser's defaults are hashed, so new options rename nothing
         defaults = flatten({k: v for k, v in self.parser.get_defaults().as_dict().items() if k != "config"})
-        defaults.update({f"model.{k}": FAMILIES[built.arch].defaults[k] for k in FAMILY_DEFAULT_SINCE})
-        # the earlier rule (every value hashed), over the options that version had
-        earlier = {k: v for k, v in own.items() if k not in ADDED_SINCE_EARLIER}
-        if own["model.init"] == FAMILIES[built.arch].defaults["init"]:
-            earlier["model.init"] = "paper"  # every family's recorded init then, whatever it used
-        self.earlier_name = trial_name(earlier, world)
+        family = {f"model.{k}": v for k, v in FAMILIES[built.arch].defaults.items()}
+        defaults.update({k: family[k] for k in FAMILY_DEFAULT_SINCE})
+        # the earlier rule (every value hashed), over the options that version had (model/ and data/ say which)
+        later = added_after_earlier() | set(NAMED_AFTER_EARLIER)
+        earlier = {k: v for k, v in own.items() if k not in later}
+        earlier.update({k: then for k, then in FAMILY_DEFAULT_SINCE.items() if own[k] == family[k]})
+        self.earlier_name = trial_name(earlier, world, version=EARLIER)
         return trial_name(own, world, defaults)
 
     def callbacks(self, config: dict, given, divergence: DivergenceStop, tty: bool) -> list[pl.Callback]:
@@ -306,15 +311,6 @@ def settings_error(config: dict) -> str | None:
 def _say(line: str) -> None:
     if rank_zero_only.rank == 0:
         print(line, flush=True)
-
-
-# fit options added after the earlier naming rule: left out of the name that rule would have given
-ADDED_SINCE_EARLIER = ("model.layer_scale", "model.reg_tokens", "model.qk_norm", "model.pos_embed_class", "model.rope_theta",
-                       "model.rope_coords", "model.relative_scale", "data.holdout", "data.task", "data.resize",
-                       "data.glyph_scale", "model.peg_padding")
-# options that had one default for every family when runs were first named, and a family's own default since: at
-# the family's default they are not hashed, so no earlier run is renamed
-FAMILY_DEFAULT_SINCE = ("init",)
 
 
 def _warn(line: str) -> None:

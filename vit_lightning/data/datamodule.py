@@ -56,6 +56,8 @@ DATASETS = tuple(SOURCES)
 # How an image of another side than the model's img_size meets it: zoom resizes it (the content changes scale),
 # pad centres it on a larger zero canvas (the content keeps its scale: more tokens, the same patches)
 RESIZE = ("zoom", "pad")
+# data options added after the earlier naming rule (model/naming.py EARLIER): the names it gives leave them out
+NAMED_AFTER_EARLIER = ("data.holdout", "data.task", "data.resize", "data.glyph_scale")
 TASKED = tuple(name for name, source in SOURCES.items() if source.tasks)
 
 

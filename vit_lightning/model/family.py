@@ -18,8 +18,18 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from vit_lightning.identity import run_name
+from vit_lightning.identity import digest, named_values
 from vit_lightning.model.layers import keeping_attention
+from vit_lightning.model.naming import (
+    EARLIER,
+    FIRST,
+    NAMING_KEY,
+    NEUTRAL,
+    SHARED_AFTER_EARLIER,
+    NamePart,
+    check_version,
+    trial_text,
+)
 
 DEFAULT_ARCH = "vit"  # model.arch when none is given (the family whose runs were named first)
 
@@ -59,6 +69,9 @@ class Option:
     type: Any
     help: str
     choices: tuple | None = None
+    # the first naming rule whose ad hoc names hash it: an option added now joins after the earlier rule (EARLIER),
+    # which leaves it out, so the name that rule gives an old run stays as it was
+    named_since: int = FIRST
 
 
 class BackboneParts:
@@ -105,7 +118,7 @@ class Family:
     offers: frozenset = frozenset()  # its CAPABILITIES beyond the contract
     options: dict = field(default_factory=dict)  # its own options, name -> Option (choices checked by ViTConfig)
     name_neutral: dict = field(default_factory=dict)  # own options left out of a trial's name at these values
-    name_parts: dict = field(default_factory=dict)  # option -> {value: name part} (Swin's "noshift")
+    name_parts: tuple[NamePart, ...] = ()  # its own parts of a trial's name (Swin's "noshift"), model/naming.py
 
 
     def lacks(self, capability: str, needed_for: str) -> str | None:
@@ -165,19 +178,32 @@ def architecture_keys(arch: str) -> tuple[str, ...]:
     return SHARED_ARCHITECTURE + (family.architecture if family else ())
 
 
-def trial_name(params: dict, world: int = 1, defaults: dict | None = None) -> str:
-    """identity.run_name with every family's name-neutral values and readable parts (`defaults`: see there)."""
-    return run_name(params, world, name_neutral(), name_parts(), defaults)
+def trial_name(params: dict, world: int = 1, defaults: dict | None = None, version: int | None = None) -> str:
+    """A trial's name (the one owner): the readable parts of its rule version (`version`, else the params'
+    run.naming, else FIRST), every family's name-neutral values left out of the hash (`defaults`: identity.digest)."""
+    version = check_version(params.get(NAMING_KEY, FIRST) if version is None else version)
+    values = named_values(params, world, name_neutral())
+    return trial_text(values, version, name_parts(), world, digest(values, defaults))
 
 
 def name_neutral() -> dict:
     """Flat option -> value left out of a trial's name hash: options added after runs were named."""
-    out = {"model.arch": DEFAULT_ARCH, "model.drop_path": 0}
+    out = {"model.arch": DEFAULT_ARCH, **NEUTRAL}
     for family in FAMILIES.values():
         out.update({f"model.{k}": v for k, v in family.name_neutral.items()})
     return out
 
 
-def name_parts() -> dict:
-    """Flat option -> {value: readable name part}, from every family."""
-    return {f"model.{k}": v for family in FAMILIES.values() for k, v in family.name_parts.items()}
+def name_parts() -> tuple[NamePart, ...]:
+    """Every family's own name parts (an option two families declare: the first declaration)."""
+    out: dict[str, NamePart] = {}
+    for family in FAMILIES.values():
+        for part in family.name_parts:
+            out.setdefault(part.key, part)
+    return tuple(out.values())
+
+
+def added_after_earlier() -> set[str]:
+    """The flat model options the EARLIER rule's names leave out: every family's options that joined after it."""
+    return set(SHARED_AFTER_EARLIER) | {f"model.{k}" for family in FAMILIES.values()
+                                        for k, option in family.options.items() if option.named_since > EARLIER}

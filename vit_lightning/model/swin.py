@@ -35,6 +35,7 @@ from vit_lightning.model.layers import (
     layer_scale,
     lecun_normal_,
 )
+from vit_lightning.model.naming import EARLIER, NamePart
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import Learned1d, RelativeBias2d
 from vit_lightning.model.stems import PatchStem
@@ -80,9 +81,9 @@ def init_swin_paper(module: nn.Module) -> None:
 # Swin's own options (`--model.window_size`, `--model.shift`), at the values that mean "not used" for other families
 SWIN_OPTIONS = {
     "window_size": Option(7, int, "swin: side M of the attention windows (a window larger than a stage's map shrinks "
-                                  "to it)."),
+                                  "to it).", named_since=EARLIER),
     "shift": Option(True, bool, "swin: shift every second block's windows by M // 2 (false: the Swin paper's "
-                                "\"w/o shifting\")."),
+                                "\"w/o shifting\").", named_since=EARLIER),
 }
 
 
@@ -328,5 +329,5 @@ SWIN = register(Family(
     check=check_swin, viz="vit_lightning.viz.swin", timm_loader=load_timm_swin,
     timm_reference=partial(timm_swin_reference, variants=SWIN_VARIANTS),
     name_neutral={"window_size": 7, "shift": True},  # left out of trial names: ViT runs were named before them
-    name_parts={"shift": {False: "noshift"}},  # the Swin paper's "w/o shifting"
+    name_parts=(NamePart("model.shift", None, {False: "noshift"}),),  # the Swin paper's "w/o shifting"
 ))

@@ -11,6 +11,7 @@ from vit_lightning.bookkeeping import check_choice, number_in, span
 from vit_lightning.model.config import ViTConfig
 from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, Option, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
+from vit_lightning.model.naming import EARLIER, NAMING, NamePart
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
 from vit_lightning.model.position import (
     ENCODING_OPTIONS,
@@ -38,14 +39,17 @@ MAX_REG_TOKENS = 1024  # registers: 4 to 16 in their paper; far more only fills 
 
 # The ViT's own options (`--model.<name>`), at the value that means "not used"; ViTConfig checks their choices.
 VIT_OPTIONS = {
-    "depth": Option(None, int | None, "vit: number of encoder blocks, overriding the variant's."),
-    "heads": Option(None, int | None, "vit: attention heads, overriding the variant's; must divide width."),
-    "mlp_dim": Option(None, int | None, "vit: hidden size of the blocks' MLP, overriding the variant's."),
-    "pos_injection": Option("stem", str, "vit: where the encoding enters, as the encoding allows.", INJECTIONS),
+    "depth": Option(None, int | None, "vit: number of encoder blocks, overriding the variant's.", named_since=EARLIER),
+    "heads": Option(None, int | None, "vit: attention heads, overriding the variant's; must divide width.", named_since=EARLIER),
+    "mlp_dim": Option(None, int | None, "vit: hidden size of the blocks' MLP, overriding the variant's.", named_since=EARLIER),
+    "pos_injection": Option("stem", str, "vit: where the encoding enters, as the encoding allows.", INJECTIONS,
+                            named_since=EARLIER),
     "stem": Option("patch", str, "vit: patch, or hybrid (a BiT ResNet of stages `hybrid_layers`, root width "
-                                 "`hybrid_width`).", tuple(STEMS)),
-    "hybrid_layers": Option((3, 4, 9), tuple[int, ...], "vit: bottleneck blocks per ResNet stage of the hybrid stem."),
-    "hybrid_width": Option(64, int, "vit: root width of the hybrid stem's ResNet (a multiple of 32)."),
+                                 "`hybrid_width`).", tuple(STEMS), named_since=EARLIER),
+    "hybrid_layers": Option((3, 4, 9), tuple[int, ...], "vit: bottleneck blocks per ResNet stage of the hybrid stem.",
+                            named_since=EARLIER),
+    "hybrid_width": Option(64, int, "vit: root width of the hybrid stem's ResNet (a multiple of 32).",
+                           named_since=EARLIER),
     "reg_tokens": Option(0, int, "vit: register tokens (Darcet et al. 2024): learned tokens after the [class] token, "
                                  "without a position, left out of the pooling, the few-shot features and the figures."),
     "pos_embed_class": Option(True, bool, "vit: true: the learned_1d table has a row for the [class] token (the "
@@ -204,6 +208,14 @@ class ViT(BackboneParts, BlockAttention, nn.Module):
                 if n.startswith("pos.") or n in ("pool.token", "pool.probe", "registers.tokens")}
 
 
+# its parts of a trial's name: the hybrid stem's ResNet in the patch size's place (the ViT's 1x1 patches over its map);
+# since rule 2 the options its committed profiles sweep, in words
+VIT_NAME_PARTS = (
+    NamePart("model.stem", None, {"hybrid": "hybrid{model.hybrid_layers}"}, replaces="model.patch_size"),
+    NamePart("model.reg_tokens", "reg{}", since=NAMING),
+    NamePart("model.relative_scale", "scale-{}", since=NAMING),
+    NamePart("model.peg_padding", "pad-{}", since=NAMING),
+)
 VIT = register(Family(
     name="vit", cls=ViT, variants=VARIANTS, encodings=tuple(ENCODINGS),
     defaults={"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 16, "init": "paper"},
@@ -213,4 +225,5 @@ VIT = register(Family(
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits
     check=check_vit, viz="vit_lightning.viz.run", timm_loader=load_timm_vit, timm_options=partial(timm_vit_options, variants=VARIANTS),
     offers=frozenset(CAPABILITIES),  # attention maps, a token grid, pre-logits, resizing to a new grid
+    name_parts=VIT_NAME_PARTS,
 ))

@@ -17,6 +17,7 @@ from typing_extensions import override
 from vit_lightning.bookkeeping import BEST_METRIC, now, one_line
 from vit_lightning.compat.torch import compile_seconds
 from vit_lightning.identity import number, plain
+from vit_lightning.model.naming import FIRST, NAMING_KEY
 from vit_lightning.run.callbacks import DivergenceStop, EpochClock, stop_signal
 from vit_lightning.run.rundir import load_record, write_record
 
@@ -175,6 +176,7 @@ class RunRecord(EpochClock):
         cfg = self.config
         return {
             "schema": SCHEMA, "name": self.directory.name, "trial": self.directory.name,  # the sweep's lookup key
+            "naming": cfg.get(NAMING_KEY, FIRST),  # the naming rule version that named it (model/naming.py)
             "ablation": cfg["run.ablation"], "profile": cfg["run.profile"],
             "status": "running", "config": cfg, "metrics": {}, "history": self.history,
             "compute": {
