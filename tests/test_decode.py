@@ -190,7 +190,7 @@ def test_a_fit_decoding_on_the_device_trains_and_records_where_it_decoded(tmp_pa
 
 
 def test_where_it_decodes_is_not_part_of_a_runs_identity():
-    from vit_lightning.identity import run_name
+    from vit_lightning.model.family import trial_name as run_name
 
     base = {"data.name": "imagefolder", "model.patch_size": 16, "data.randaugment": True}
     assert run_name({**base, "data.decode_on": "device"}) == run_name({**base, "data.decode_on": "cpu"}) == run_name(base)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
+from vit_lightning import ablation
+from vit_lightning.model import FAMILIES
+from vit_lightning.model.family import Option, added_after_earlier, trial_name
+from vit_lightning.model.naming import FIRST, NAMING, NAMING_KEY
+from vit_lightning.sweep import names
 from vit_lightning.train import FitCLI
 
 # every option changed from its default (values that build a model on the demo data)
@@ -83,3 +91,101 @@ def test_an_ad_hoc_run_named_by_the_earlier_rule_is_noted_once(tmp_path, capsys)
     assert f"an earlier version named this run {earlier.name}" in err and cli.run_dir.name in err
     assert FitCLI(argv).fit_run() == 0  # once: the run now has its directory under the new name
     assert "earlier version" not in capsys.readouterr().err
+
+
+# --- the naming rule as data (model/naming.py) ---------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def later_option(monkeypatch):
+    """An option added to the ViT's family in model/ alone, as a later version would."""
+    vit = FAMILIES["vit"]
+    options = {**vit.options, "later": Option(0, int, "vit: an option added later.")}
+    monkeypatch.setitem(FAMILIES, "vit", dataclasses.replace(vit, options=options))
+    return "model.later"
+
+
+def test_an_option_added_in_model_alone_renames_no_run(later_option, source, tmp_path):
+    """Ad hoc names (and the earlier rule's) stay pinned; the option still counts when it is set."""
+    for argv, name in PINNED.values():
+        assert trial([a.format(src=source) for a in argv], tmp_path) == name
+    assert FitCLI([f"--run.root={tmp_path}"]).earlier_name == "mnist5k-micro-p7-learned_1d-stem-cls-lr0.002-s0-c7fb4914"
+    assert trial(["--model.later=1"], tmp_path) != PINNED["demo ViT"][1]
+    assert later_option in added_after_earlier()
+
+
+def cells_by_readable_name(ab, prof, version: int) -> dict[str, list]:
+    """Each readable name (the name without its hash) of a profile's seed-0 cells under a rule version."""
+    out: dict[str, list] = {}
+    for cell in ab.table_profile(prof.name).cells():
+        name = trial_name({**prof.fixed, **cell, "seed_everything": 0}, version=version)
+        out.setdefault(name.rsplit("-", 1)[0], []).append(cell)
+    return out
+
+
+def test_rule_2_names_every_swept_key_in_words_and_rule_1_is_as_it_was():
+    """Under rule 2 no two cells of a committed profile share their readable name (rule 1's pos_diagnostic cells
+    differ by their hash alone), and a value's rule-2 name hashes as its rule-1 name does."""
+    shared = 0
+    for ab in map(ablation.load, ablation.available()):
+        for prof in ab.profiles.values():
+            assert all(len(cells) == 1 for cells in cells_by_readable_name(ab, prof, NAMING).values()), prof.name
+            shared += sum(len(cells) > 1 for cells in cells_by_readable_name(ab, prof, FIRST).values())
+    assert shared > 0
+    params = {"data.name": "glyphs", "data.task": "relative", "model.head": "mlp_tanh", "seed_everything": 0}
+    first, second = trial_name(params), trial_name({**params, NAMING_KEY: NAMING})
+    assert first == "glyphs-s0-" + first[-8:] and second == "glyphs-relative-mlp_tanh-s0-" + first[-8:]
+
+
+def test_a_naming_rule_version_is_checked():
+    with pytest.raises(ValueError, match="run.naming=7 is not a naming rule version; choose from 0, 1, 2"):
+        trial_name({NAMING_KEY: 7})
+    demo = ablation.load("hybrid")
+    with pytest.raises(ValueError, match="run.naming=9"):
+        dataclasses.replace(demo, naming=9)
+    renamed = dataclasses.replace(demo, naming=NAMING).profile("demo")
+    assert renamed.fixed[NAMING_KEY] == NAMING and NAMING_KEY not in demo.profile("demo").fixed
+
+
+def copy_records(tmp_path, count: int = 3) -> list[Path]:
+    folder = tmp_path / "records"
+    folder.mkdir()
+    sources = sorted((REPO / "results" / "hybrid" / "records").glob("*.json"))[:count]
+    for path in sources:
+        shutil.copy(path, folder)
+    return sorted(folder.glob("*.json"))
+
+
+def test_names_checks_and_migrates_records_by_the_version_field_alone(tmp_path, capsys):
+    files = copy_records(tmp_path)
+    before = {path: path.read_text() for path in files}
+    assert names.main([str(tmp_path)]) == 0
+    assert f"{len(files)} record(s), {len(files)} consistent" in capsys.readouterr().out
+    assert {path: path.read_text() for path in files} == before  # check mode writes nothing
+    assert names.main(["--migrate", str(tmp_path)]) == 0
+    for path in files:
+        added = [line for line in path.read_text().splitlines() if line not in before[path].splitlines()]
+        assert added == ['  "naming": 1,'] and json.loads(path.read_text())["naming"] == 1
+        assert {k: v for k, v in json.loads(path.read_text()).items() if k != "naming"} == json.loads(before[path])
+    migrated = {path: path.read_text() for path in files}
+    assert names.main(["--migrate", str(tmp_path)]) == 0 and {p: p.read_text() for p in files} == migrated
+
+
+def test_names_fails_a_name_its_rule_does_not_give(tmp_path, capsys):
+    wrong, other = copy_records(tmp_path, 2)
+    record = json.loads(wrong.read_text())
+    wrong.write_text(json.dumps({**record, "trial": record["trial"][:-8] + "00000000"}, indent=2) + "\n")
+    other.write_text(json.dumps({**json.loads(other.read_text()), "naming": 2}, indent=2) + "\n")
+    assert names.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"'{record['trial'][:-8]}00000000': rule 1 names its parameters '{record['trial']}'" in out
+    assert "named by rule 2, its profile names by rule 1" in out and "2 not" in out
+    with pytest.raises(SystemExit):
+        names.main([str(tmp_path / "missing")])
+
+
+@pytest.mark.slow
+def test_every_committed_record_is_named_as_its_rule_names_it(capsys):
+    assert names.main([str(REPO / "results")]) == 0
+    assert " 0 not, 0 not checked" in capsys.readouterr().out

@@ -341,7 +341,7 @@ def test_normalize_reads_values_as_fit_parses_them():
 
 
 def test_runner_and_tables_agree_on_a_value_spelled_two_ways(tmp_path):
-    from vit_lightning.identity import run_name
+    from vit_lightning.model.family import trial_name
     from vit_lightning.results.frame import cell_index
     from vit_lightning.sweep.trials import build
 
@@ -350,7 +350,7 @@ def test_runner_and_tables_agree_on_a_value_spelled_two_ways(tmp_path):
         return {"method": "grid", "command": yamls.COMMAND, "parameters": params}
 
     text, number = build([sweep("1e-4")])[0], build([sweep(0.0001)])[0]  # YAML reads 1e-4 as a string
-    assert text.id == number.id == run_name({"model.lr": 0.0001, "seed_everything": 0}) and text.run_dir == number.run_dir
+    assert text.id == number.id == trial_name({"model.lr": 0.0001, "seed_everything": 0}) and text.run_dir == number.run_dir
     assert f"--run.trial={text.id}" in text.command
     # a record fit wrote (lr parsed as the float) belongs to the designed cell either way
     assert cell_index([{"model.lr": "1e-4"}], {"model.lr": 0.0001}) == 0
@@ -382,13 +382,15 @@ def test_a_trial_finds_its_record_by_id(tmp_path):
 
 
 def test_fit_names_its_run_dir_with_the_trial_id(tmp_path):
-    from vit_lightning.identity import run_dir, run_name
+    from vit_lightning.identity import run_dir
+    from vit_lightning.model.family import trial_name
 
     config = {"run.root": str(tmp_path), "run.ablation": "a", "run.profile": "p", "model.lr": 0.1}
-    assert run_dir(config) == tmp_path / "a" / "p" / run_name(config)
+    with pytest.raises(ValueError, match="run.trial is not set"):
+        run_dir(config)
     assert run_dir({**config, "run.trial": "t-1"}) == tmp_path / "a" / "p" / "t-1"
-    assert run_name(config) == run_name({**config, "run.profile": "q", "trainer.enable_progress_bar": False})
-    assert run_name(config) != run_name({**config, "model.lr": 0.2})
+    assert trial_name(config) == trial_name({**config, "run.profile": "q", "trainer.enable_progress_bar": False})
+    assert trial_name(config) != trial_name({**config, "model.lr": 0.2})
     for bad in ("../x", "a/b", ".hidden", ""):
         with pytest.raises(ValueError, match="run.trial"):
             run_dir({**config, "run.trial": bad})

@@ -25,7 +25,8 @@ pytest.importorskip("wandb")
 import wandb_agent  # noqa: E402  (tests/wandb_agent.py)
 
 from vit_lightning.ablation import load  # noqa: E402
-from vit_lightning.identity import flatten, normalize, run_name, same, world_size  # noqa: E402
+from vit_lightning.identity import flatten, normalize, same, world_size  # noqa: E402
+from vit_lightning.model.family import trial_name as run_name  # noqa: E402
 from vit_lightning.results import cli as table_cli  # noqa: E402
 from vit_lightning.sweep import cli, jobscript, trials, wandb_backend, yamls  # noqa: E402
 from vit_lightning.sweep.expand import expand  # noqa: E402

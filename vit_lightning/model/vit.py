@@ -209,12 +209,11 @@ class ViT(BackboneParts, BlockAttention, nn.Module):
 
 
 # its parts of a trial's name: the hybrid stem's ResNet in the patch size's place (the ViT's 1x1 patches over its map);
-# since rule 2 the options its committed profiles sweep, in words
+# since rule 2 the options its committed profiles sweep, in words away from their defaults
 VIT_NAME_PARTS = (
     NamePart("model.stem", None, {"hybrid": "hybrid{model.hybrid_layers}"}, replaces="model.patch_size"),
-    NamePart("model.reg_tokens", "reg{}", since=NAMING),
-    NamePart("model.relative_scale", "scale-{}", since=NAMING),
-    NamePart("model.peg_padding", "pad-{}", since=NAMING),
+    *(NamePart(f"model.{key}", form, {VIT_OPTIONS[key].default: None}, since=NAMING)
+      for key, form in (("reg_tokens", "reg{}"), ("relative_scale", "scale-{}"), ("peg_padding", "pad-{}"))),
 )
 VIT = register(Family(
     name="vit", cls=ViT, variants=VARIANTS, encodings=tuple(ENCODINGS),
