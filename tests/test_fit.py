@@ -72,7 +72,8 @@ def test_record_layout_and_name(tmp_path, monkeypatch):
     record = json.loads(path.read_text())
     assert (record["ablation"], record["profile"], record["config"]["seed_everything"]) == ("pos_encoding", "demo", 3)
     assert set(record) >= {"schema", "name", "status", "config", "metrics", "history", "compute", "versions",
-                           "wandb", "error", "started_at", "finished_at"}
+                           "wandb", "error", "started_at", "finished_at", "naming"}
+    assert record["naming"] == 1  # the rule that named it (fit's run.naming)
     assert set(record["compute"]) >= {"params", "gflops_per_image", "train_images_per_s", "wall_s", "device",
                                       "num_devices", "precision"}
     assert record["compute"]["precision"] == "32-true" and record["wandb"] is None

@@ -189,3 +189,9 @@ def test_names_fails_a_name_its_rule_does_not_give(tmp_path, capsys):
 def test_every_committed_record_is_named_as_its_rule_names_it(capsys):
     assert names.main([str(REPO / "results")]) == 0
     assert " 0 not, 0 not checked" in capsys.readouterr().out
+
+
+def test_rule_2_reaches_an_ad_hoc_fit(tmp_path):
+    first = trial(["--model.head=mlp_tanh"], tmp_path)
+    second = trial(["--model.head=mlp_tanh", f"--{NAMING_KEY}=2"], tmp_path)
+    assert "mlp_tanh" not in first and "-cls-mlp_tanh-lr0.002-s0-" in second and first[-8:] == second[-8:]
