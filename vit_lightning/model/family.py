@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from vit_lightning.identity import digest, named_values
+from vit_lightning.identity import digest, named_values, normalize
 from vit_lightning.model.layers import keeping_attention
 from vit_lightning.model.naming import (
     EARLIER,
@@ -181,7 +181,7 @@ def architecture_keys(arch: str) -> tuple[str, ...]:
 def trial_name(params: dict, world: int = 1, defaults: dict | None = None, version: int | None = None) -> str:
     """A trial's name (the one owner): the readable parts of its rule version (`version`, else the params'
     run.naming, else FIRST), every family's name-neutral values left out of the hash (`defaults`: identity.digest)."""
-    version = check_version(params.get(NAMING_KEY, FIRST) if version is None else version)
+    version = check_version(normalize(params.get(NAMING_KEY, FIRST)) if version is None else version)  # W&B: "2"
     values = named_values(params, world, name_neutral())
     return trial_text(values, version, name_parts(), world, digest(values, defaults))
 
