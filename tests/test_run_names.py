@@ -195,3 +195,14 @@ def test_rule_2_reaches_an_ad_hoc_fit(tmp_path):
     first = trial(["--model.head=mlp_tanh"], tmp_path)
     second = trial(["--model.head=mlp_tanh", f"--{NAMING_KEY}=2"], tmp_path)
     assert "mlp_tanh" not in first and "-cls-mlp_tanh-lr0.002-s0-" in second and first[-8:] == second[-8:]
+
+
+def test_names_leaves_what_no_profile_of_ours_made_unchecked_and_unmigrated(tmp_path, capsys):
+    [path] = copy_records(tmp_path, 1)
+    ad_hoc = {**json.loads(path.read_text()), "ablation": "adhoc"}
+    path.write_text(json.dumps(ad_hoc, indent=2) + "\n")
+    (tmp_path / "records" / "broken.json").write_text("{")
+    assert names.main(["--migrate", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "ablation 'adhoc' is not one of ours" in out and "broken.json: not checked: no record" in out
+    assert "2 not checked; 0 given" in out and "naming" not in json.loads(path.read_text())

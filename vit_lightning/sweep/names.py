@@ -68,6 +68,16 @@ def check(record: dict, designs: Designs) -> str | None:
     return None if want == trial else f"{trial!r}: rule {rule} names its parameters {want!r}"
 
 
+def read(path: Path) -> tuple[str, dict | str]:
+    """A record file's text and record, or why it holds none (unreadable, not JSON, not an object)."""
+    try:
+        text = path.read_text()
+        record = json.loads(text)
+    except (OSError, ValueError) as error:
+        return "", str(error).splitlines()[0]
+    return text, record if isinstance(record, dict) else "not a JSON object"
+
+
 def migrated(text: str, record: dict) -> str:
     """The record's text with the naming field after its trial's name, and nothing else changed."""
     keys = list(record)
@@ -91,17 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"vit-ablate names: error: {error}\n")
     designs, bad, moved, notes = Designs(), 0, 0, 0
     for path in files:
-        text = path.read_text()
-        record = json.loads(text)
-        problem = check(record, designs)
-        if problem and not problem.startswith("not checked"):
-            bad += 1
-            print(f"{path}: {problem}")
-            continue
-        notes += bool(problem)
+        text, record = read(path)
+        problem = check(record, designs) if isinstance(record, dict) else f"not checked: no record ({record})"
         if problem:
             print(f"{path}: {problem}")
-        if args.migrate and FIELD not in record:
+            notes, bad = (notes + 1, bad) if problem.startswith("not checked") else (notes, bad + 1)
+        elif args.migrate and FIELD not in record:  # only a record its rule is known to have named
             try:
                 write_atomic(path, migrated(text, record).encode())
                 moved += 1
