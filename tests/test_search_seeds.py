@@ -1,0 +1,162 @@
+"""Seed-replicated bayes search: each point at k seeds told as their mean, hyperband stopping a point's seeds
+together, and a confirmation stage that trains the top m points on to n seeds."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from vit_lightning.run import hyperband
+from vit_lightning.sweep import cli, search
+from vit_lightning.sweep.search import Search
+
+LRS = [0.001, 0.002, 0.004, 0.008]
+MEAN = {0.001: 0.80, 0.002: 0.85, 0.004: 0.70, 0.008: 0.75}
+# seed noise, zero-mean over the five seeds: lr 0.001 has a lucky first draw (0.90, above 0.002's every draw)
+NOISE = {0.001: [0.10, -0.04, -0.03, -0.02, -0.01], 0.002: [0.0, 0.01, -0.01, 0.005, -0.005],
+         0.004: [0.01, -0.01, 0.0, 0.0, 0.0], 0.008: [0.0, 0.0, 0.01, -0.01, 0.0]}
+
+
+def draw(params: dict) -> float:
+    """The noisy objective: the point's mean plus its seed's noise."""
+    return MEAN[params["model.lr"]] + NOISE[params["model.lr"]][params["seed_everything"]]
+
+
+def config(root: Path, seeds: list[int], cap: int) -> dict:
+    return {"method": "bayes", "metric": {"name": "val/acc_best", "goal": "maximize"}, "run_cap": cap,
+            "command": ["${env}", "vit-ablate", "fit", "${args}"],
+            "parameters": {"model.lr": {"values": LRS}, "run.root": {"value": str(root)},
+                           "seed_everything": {"values": seeds} if len(seeds) > 1 else {"value": seeds[0]}}}
+
+
+def finish(trial, metric: float, status: str = "completed") -> None:
+    """Write the record fit would write."""
+    trial.run_dir.mkdir(parents=True, exist_ok=True)
+    record = {"trial": trial.id, "status": status, "config": trial.params, "metrics": {"val/acc_best": metric}}
+    (trial.run_dir / "results.json").write_text(json.dumps(record))
+
+
+def drive(s: Search) -> list:
+    """Run a search to its end, each run finishing at once with its draw; the runs in the order handed out."""
+    ran = []
+    while (trial := s.next()) is not None:
+        finish(trial, draw(trial.params))
+        ran.append(trial)
+    return ran
+
+
+def test_the_search_chooses_the_better_mean_over_the_better_single_draw(tmp_path):
+    # one seed: the lucky draw of lr 0.001 (0.90) beats lr 0.002 (0.85) and is chosen
+    single = Search(config(tmp_path / "one", [0], 4), 4, seed=0)
+    assert len(drive(single)) == 4  # every lr proposed once
+    assert single.best()[0] == {"model.lr": 0.001} and single.best()[1][0] == pytest.approx(0.90)
+    # three seeds, the top two confirmed at five: lr 0.002 (mean 0.85) over lr 0.001 (mean 0.80 at five seeds)
+    s = Search(config(tmp_path / "three", [0, 1, 2], 12), 12, seed=0, confirm=(2, 5))
+    ran = drive(s)
+    firsts = [(t.params["model.lr"], t.params["seed_everything"]) for t in ran[:12]]
+    assert sorted(firsts) == sorted((lr, seed) for lr in LRS for seed in (0, 1, 2))  # 4 points x 3 seeds
+    # then the top two by their 3-seed mean (0.85 and 0.81) on to seeds 3 and 4
+    assert sorted((t.params["model.lr"], t.params["seed_everything"]) for t in ran[12:]) == [
+        (0.001, 3), (0.001, 4), (0.002, 3), (0.002, 4)]
+    params, (mean, std, n) = s.best()
+    values = [MEAN[0.002] + x for x in NOISE[0.002]]
+    assert params == {"model.lr": 0.002} and n == 5 and mean == pytest.approx(sum(values) / 5)
+    assert std == pytest.approx(math.sqrt(sum((v - mean) ** 2 for v in values) / 4))
+    assert s.done() == 16 and s.next() is None
+
+
+def test_the_sampler_is_told_each_points_mean_and_spread(tmp_path, monkeypatch):
+    told = []
+    real = search.Search.propose
+
+    def spy(self, proposals):
+        import optuna.trial
+
+        real_create = optuna.trial.create_trial
+
+        def create(**kwargs):
+            told.append((kwargs["params"], kwargs["value"], kwargs["user_attrs"]))
+            return real_create(**kwargs)
+
+        monkeypatch.setattr(optuna.trial, "create_trial", create)
+        return real(self, proposals)
+
+    monkeypatch.setattr(search.Search, "propose", spy)
+    s = Search(config(tmp_path, [0, 1, 2], 6), 6, seed=0)
+    drive(s)
+    (raw, value, attrs), = told[-1:]  # the second proposal was told the first point
+    lr = LRS[raw["model.lr"]]
+    values = [draw({"model.lr": lr, "seed_everything": k}) for k in range(3)]
+    assert value == pytest.approx(sum(values) / 3) and attrs["seeds"] == 3
+    assert attrs["seed_std"] == pytest.approx(math.sqrt(sum((v - value) ** 2 for v in values) / 2))
+
+
+def test_a_point_stopped_early_is_stopped_whole(tmp_path):
+    s = Search(config(tmp_path, [0, 1, 2], 6), 6, seed=0)
+    first = s.next()
+    finish(first, 0.5, "stopped_early")
+    second = s.next()  # not the stopped point's seed 1: the next point's first seed
+    assert second.params["model.lr"] != first.params["model.lr"] and second.params["seed_everything"] == 0
+    assert s.done() == 3  # the stopped point's three runs are settled
+    mean, std, n = s.point_outcome(s.runs(s.proposals()[0]["raw"]))  # told its one finished seed
+    assert (mean, n) == (0.5, 1) and math.isnan(std)
+
+
+def test_confirmation_runs_carry_no_hyperband_rule(tmp_path):
+    cfg = {**config(tmp_path, [0, 1, 2], 3), "early_terminate": {"type": "hyperband", "min_iter": 1}}
+    cfg["command"] = cli.trials.early_command(cfg)
+    s = Search(cfg, 3, confirm=(1, 4))
+    flag = f"--{hyperband.OPTION}="
+    runs = s.runs({"model.lr": 0}, [0, 3])
+    assert any(c.startswith(flag) for c in runs[0].command) and not any(c.startswith(flag) for c in runs[1].command)
+    assert json.loads(next(c for c in runs[0].command if c.startswith(flag))[len(flag):])["replicate"] == "seed_everything"
+
+
+def test_hyperband_judges_a_points_mean_over_its_seeds(tmp_path):
+    """Points A (seeds 0, 1) and B (seed 0) and C; eta 2, bracket at epoch 2. By hand: A's mean at epoch 2 is
+    (0.9 + 0.5) / 2 = 0.7, B's 0.6, C's 0.8; sorted 0.8, 0.7, 0.6: the threshold is rank floor(3/2) = 1, 0.7.
+    A's seed 1 alone (0.5) would stop; its point (0.7) ties the threshold and goes on. B (0.6) stops."""
+    rule = hyperband.parse({"type": "hyperband", "min_iter": 2, "eta": 2}, {"name": "val/acc", "goal": "maximize"})
+
+    def rec(lr, seed, values, status="running"):
+        return {"status": status, "config": {"model.lr": lr, "seed_everything": seed, "run.trial": f"{lr}-{seed}"},
+                "history": [{"val/acc": v} for v in values]}
+
+    records = {"a0": rec(1, 0, [0.1, 0.9]), "b0": rec(2, 0, [0.1, 0.6]), "c0": rec(3, 0, [0.1, 0.8])}
+    a1 = {"model.lr": 1, "seed_everything": 1, "run.trial": "a1"}
+    assert hyperband.point_verdict(rule, [0.1, 0.5], "a1", a1, records, "seed_everything") is None
+    assert hyperband.verdict(rule, [0.1, 0.5], [[0.1, 0.9], [0.1, 0.6], [0.1, 0.8], [0.1, 0.5]])  # alone: stops
+    records["a1"] = rec(1, 1, [0.1, 0.5])  # A's seed 1 has written its record: A's mean is 0.7 for others
+    b1 = {"model.lr": 2, "seed_everything": 1}
+    reason = hyperband.point_verdict(rule, [0.1, 0.6], "b1", b1, records, "seed_everything")
+    assert "its point's mean over seeds" in reason and "threshold 0.7" in reason
+    records["b0"]["status"] = "stopped_early"  # a sibling stopped: this seed stops at once, before any bracket
+    assert "its point was stopped at seed_everything=0" in hyperband.point_verdict(
+        rule, [0.99], "b1", b1, records, "seed_everything")
+
+
+def test_cli_seeds_per_point_and_confirm(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({**config(tmp_path / "runs", [0], 6), "name": "noisy"}))
+    assert cli.main([str(path), "--backend", "local", "--dry-run", "--seeds-per-point", "3", "--confirm", "2,5"]) == 0
+    out = capsys.readouterr().out
+    assert "each point at 3 seeds (0, 1, 2), the mean told; the top 2 confirmed at 5 seeds" in out
+    assert cli.main([str(path), "--backend", "local", "--dry-run", "--confirm", "2,5"]) == 2
+    assert "a confirmation stage needs points trained at several seeds" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main([str(path), "--confirm", "2"])
+    assert "expected M,N" in capsys.readouterr().err
+
+
+def test_the_demo_bayes_profile_confirms_its_top_two_at_five_seeds():
+    from vit_lightning.ablation import load
+    from vit_lightning.sweep import yamls
+
+    (_, config), *_ = yamls.sweep_configs(load("cls_vs_gap"), "demo_bayes")
+    assert config["parameters"]["seed_everything"] == {"values": [0, 1, 2]} and config["run_cap"] == 24
+    assert "confirm" not in config  # no W&B key: read from the profile the sweep names
+    assert cli.profile_confirm(config, None) == (2, 5)
