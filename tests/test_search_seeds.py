@@ -160,3 +160,48 @@ def test_the_demo_bayes_profile_confirms_its_top_two_at_five_seeds():
     assert config["parameters"]["seed_everything"] == {"values": [0, 1, 2]} and config["run_cap"] == 24
     assert "confirm" not in config  # no W&B key: read from the profile the sweep names
     assert cli.profile_confirm(config, None) == (2, 5)
+
+
+def test_the_searched_table_tests_the_confirmed_points_against_the_grids_best_cell(tmp_path):
+    """Canned demo_bayes records (cls/mlp_tanh: two points at 5 seeds, one at 3) against the committed demo grid:
+    the confirmed points' rows, Welch's p by scipy and Holm's by hand."""
+    from scipy import stats
+
+    from vit_lightning.results import cli as table_cli
+
+    repo_grid = Path(__file__).resolve().parent.parent / "results" / "cls_vs_gap"
+    folder = tmp_path / "runs" / "cls_vs_gap" / "demo_bayes"
+    accs = {0.002: [0.95, 0.952, 0.948, 0.951, 0.949], 0.0028: [0.90, 0.91, 0.905, 0.895, 0.90], 0.001: [0.99] * 3}
+    for lr, values in accs.items():
+        for seed, acc in enumerate(values):
+            name = f"p{lr}-s{seed}"
+            (folder / name).mkdir(parents=True)
+            cfg = {"model.pooling": "cls", "model.head": "mlp_tanh", "model.lr": lr, "seed_everything": seed}
+            record = {"name": name, "trial": name, "ablation": "cls_vs_gap", "profile": "demo_bayes",
+                      "status": "completed", "config": cfg, "metrics": {"val/acc_best": acc},
+                      "history": [{"epoch": e, "val/acc": acc} for e in range(20)]}
+            (folder / name / "results.json").write_text(json.dumps(record))
+    out = tmp_path / "out"
+    assert table_cli.main(["cls_vs_gap", "--profile", "demo_bayes", "--runs", str(tmp_path / "runs"), "--out",
+                           str(out), "--compare-with", str(repo_grid), "--no-figures"]) == 0
+    text = (out / "table.md").read_text()
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.split("## the top 2 points")[1].splitlines()
+            if line.startswith("| cls/mlp_tanh")]
+    assert [r[1] for r in rows] == ["0.002", "0.0028"]  # the 3-seed point (0.99) is no confirmed point
+    grid = [json.loads(p.read_text()) for p in (repo_grid / "records").glob("*.json")]
+    cells: dict[float, list[float]] = {}
+    for r in grid:
+        c = r["config"]
+        if r["profile"] == "demo" and (c["model.pooling"], c["model.head"]) == ("cls", "mlp_tanh") and \
+                r["status"] == "completed":
+            cells.setdefault(c["model.lr"], []).append(r["metrics"]["val/acc_best"])
+    best_lr = max(cells, key=lambda lr: sum(cells[lr]) / len(cells[lr]))
+    ps = [stats.ttest_ind(accs[lr], cells[best_lr], equal_var=False).pvalue for lr in (0.002, 0.0028)]
+    low, high = sorted(ps)
+    holm_ = {low: min(1, 2 * low), high: max(min(1, 2 * low), min(1, high))}
+    for row, p in zip(rows, ps):
+        assert row[3] == f"{best_lr:g}" and row[6] == (f"{p:.3f}" if p >= 0.001 else "<0.001")
+        assert row[7] == (f"{holm_[p]:.3f}" if holm_[p] >= 0.001 else "<0.001")
+    # the spend table's best is the confirmed point with the best mean at 5 seeds, not the 3-seed one
+    spend = next(line for line in text.splitlines() if line.startswith("| cls/mlp_tanh |"))
+    assert "| 0.002 " in spend and "0.9500 ± 0.0016 (n=5)" in spend
