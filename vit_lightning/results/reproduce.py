@@ -110,13 +110,12 @@ def val_loader(folder: Path, size: int, batch_size: int, workers: int, limit: in
     return torch.utils.data.DataLoader(data, batch_size=batch_size, num_workers=workers), len(data)
 
 
-def evaluate(source_text: str, size: int, loader, device: str) -> dict:
-    """Top-1, top-5 and loss of a timm source loaded into our ViT at `size`."""
+def evaluate(source, size: int, loader, device: str) -> dict:
+    """Top-1, top-5 and loss of a timm source (run.transfer.Source) loaded into our ViT at `size`."""
     from vit_lightning.analysis.evaluate import accuracy
     from vit_lightning.model.build import build_backbone
-    from vit_lightning.run.transfer import read_source, start_from
+    from vit_lightning.run.transfer import start_from
 
-    source = read_source(source_text)
     vit = build_backbone(**{**source.options, "img_size": size})
     start_from(vit, source, "bicubic")
     return {"id": source.id, **accuracy(vit.to(device), loader)}
@@ -152,11 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     measured: dict[str, dict[int, float]] = {}
     images = None
     try:
-        for size in args.sizes:
-            loader, images = val_loader(args.imagenet_val, size, args.batch_size, args.workers, args.limit)
-            for row in rows:
-                measured.setdefault(row, {})[size] = 100 * measure(args, row, size, loader, images)["val/acc"]
-    except (ValueError, OSError) as error:
+        loaders = {size: val_loader(args.imagenet_val, size, args.batch_size, args.workers, args.limit)
+                   for size in args.sizes}
+        for row in rows:
+            sources: dict = {}  # the weights read once per row, for all its sizes
+            for size, (loader, images) in loaders.items():
+                measured.setdefault(row, {})[size] = 100 * measure(args, row, size, loader, images, sources)["val/acc"]
+    except (ValueError, OSError) as error:  # not ImageNet's folder, weights of another model, no network
         print(f"vit-ablate reproduce: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     report = table(measured, tuple(args.sizes), images)
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure(args, row: str, size: int, loader, images: int) -> dict:
+def measure(args, row: str, size: int, loader, images: int, sources: dict) -> dict:
     """One (row, size): its record from OUT/records/ when it measured these weights on these images, else measured."""
     source = source_of(MODELS[row], args.weights)
     path = args.out / "records" / f"{row.replace(' ', '_').replace('+', '_')}-{size}px.json"
@@ -176,8 +177,12 @@ def measure(args, row: str, size: int, loader, images: int) -> dict:
             return old["metrics"]
     except (OSError, ValueError, KeyError):
         pass
+    from vit_lightning.run.transfer import read_source
+
     start = time.monotonic()
-    metrics = evaluate(source, size, loader, args.device)
+    if source not in sources:
+        sources[source] = read_source(source)
+    metrics = evaluate(sources[source], size, loader, args.device)
     record = {"row": row, "size": size, "source": source, "id": metrics.pop("id"), "images": images,
               "crop_ratio": CROP_RATIO, "metrics": metrics, "seconds": round(time.monotonic() - start, 1),
               "finished_at": now()}
