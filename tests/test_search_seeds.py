@@ -205,3 +205,44 @@ def test_the_searched_table_tests_the_confirmed_points_against_the_grids_best_ce
     # the spend table's best is the confirmed point with the best mean at 5 seeds, not the 3-seed one
     spend = next(line for line in text.splitlines() if line.startswith("| cls/mlp_tanh |"))
     assert "| 0.002 " in spend and "0.9500 ± 0.0016 (n=5)" in spend
+
+
+@pytest.mark.slow  # trains
+def test_a_real_replicated_sweep_stops_a_points_seeds_together_and_confirms_the_best(tmp_path, monkeypatch):
+    """lr 2e-3 learns, lr 1e-7 does not; each point at seeds 0 and 1, the top 1 confirmed at 3 seeds. With the
+    learning point proposed first, the other's seed 0 falls below it at bracket 1 (its point's mean) and stops,
+    and its seed 1 never starts; the learning point trains on to seed 2 without the rule."""
+    import yaml
+
+    from tests.tiny import TINY_MODEL
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    fixed = {**{a[2:].split("=")[0]: yaml.safe_load(a.split("=", 1)[1]) for a in TINY_MODEL},
+             "data.name": "mnist5k", "model.patch_size": 7, "model.pooling": "gap", "model.head": "linear",
+             "trainer.max_epochs": 2, "trainer.limit_train_batches": 8, "trainer.limit_val_batches": 4,
+             "trainer.devices": 1, "run.root": str(tmp_path / "runs"), "run.ablation": "cls_vs_gap",
+             "run.profile": "demo", "run.wandb": "off"}
+    config = {"method": "bayes", "metric": {"name": "val/acc_best", "goal": "maximize"}, "run_cap": 4,
+              "early_terminate": {"type": "hyperband", "min_iter": 1, "eta": 3},
+              "command": ["${env}", "vit-ablate", "fit", "${args}"],
+              "parameters": {**{k: {"value": v} for k, v in fixed.items()}, "seed_everything": {"values": [0, 1]},
+                             "model.lr": {"values": [0.002, 1e-7]}}}
+    # the sweep seed whose first proposal is the learning point (found without training, in a scratch root)
+    def first(s: int) -> float:
+        root = {"run.root": {"value": str(tmp_path / f"scratch{s}")}}
+        return Search({**config, "parameters": {**config["parameters"], **root}}, 4, seed=s).next().params["model.lr"]
+
+    seed = next(s for s in range(20) if first(s) == 0.002)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert cli.main([str(path), "--backend", "local", "--seed", str(seed), "--confirm", "1,3"]) == 0
+    folder = tmp_path / "runs" / "cls_vs_gap" / "demo"
+    recs = [json.loads(p.read_text()) for p in folder.glob("*/results.json")]
+    runs = {(r["config"]["model.lr"], r["config"]["seed_everything"]): r for r in recs}
+    assert sorted(runs) == [(1e-7, 0), (0.002, 0), (0.002, 1), (0.002, 2)]  # no second seed of the stopped point
+    poor = runs[(1e-7, 0)]
+    assert poor["status"] == "stopped_early" and "its point's mean over seeds" in poor["stopped_early"]
+    assert all(runs[(0.002, s)]["status"] == "completed" for s in range(3))
+    assert hyperband.OPTION.replace("run.", "") not in " ".join(
+        json.loads((folder / ".sweep-state.json").read_text())["trials"][runs[(0.002, 2)]["trial"]]["command"])
