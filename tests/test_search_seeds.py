@@ -150,6 +150,8 @@ def test_cli_seeds_per_point_and_confirm(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         cli.main([str(path), "--confirm", "2"])
     assert "expected M,N" in capsys.readouterr().err
+    assert cli.main([str(path), "--backend", "wandb", "--seeds-per-point", "3", "--confirm", "2,5"]) == 2
+    assert "--confirm is the local backend's" in capsys.readouterr().err
 
 
 def test_the_demo_bayes_profile_confirms_its_top_two_at_five_seeds():
@@ -246,3 +248,16 @@ def test_a_real_replicated_sweep_stops_a_points_seeds_together_and_confirms_the_
     assert all(runs[(0.002, s)]["status"] == "completed" for s in range(3))
     assert hyperband.OPTION.replace("run.", "") not in " ".join(
         json.loads((folder / ".sweep-state.json").read_text())["trials"][runs[(0.002, 2)]["trial"]]["command"])
+
+
+def test_a_bad_confirm_is_refused_where_it_is_written():
+    import dataclasses
+
+    from vit_lightning.ablation import load
+
+    prof = load("cls_vs_gap").profile("demo_bayes")
+    for bad in ({"top": 2}, {"top": 0, "seeds": 5}, {"top": 2, "seeds": 2}):
+        with pytest.raises(ValueError, match="a search's confirm is"):
+            dataclasses.replace(prof, search={**prof.search, "confirm": bad})
+    with pytest.raises(ValueError, match="confirm"):
+        search.check_confirm((2, 2), 3)  # n below the k seeds a point already has

@@ -393,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
                 return print_lines([t.shell() for t in all_trials] + [f"# {s.describe()}" for s in searches] + slots)
             check_sources(all_trials, args)
             return run_local(all_trials, groups, args, searches)
+        if args.confirm:
+            raise SweepError("--confirm is the local backend's (W&B has no confirmation stage): use --backend local, "
+                             "or train the chosen points at the remaining seeds yourself")
         return run_wandb(configs, args)
     except SweepError as err:
         print(f"vit-ablate sweep: error: {err}", file=sys.stderr)
