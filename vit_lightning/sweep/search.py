@@ -119,8 +119,6 @@ class Search:
     def key(self) -> str:
         """The search's identity: its name and a hash of what it searches (not its cap or description)."""
         body = {k: v for k, v in self.config.items() if k not in ("run_cap", "description")}
-        if len(self.replicas) > 1:  # the seeds a point trains at are part of what is searched
-            body = {**body, "replicas": self.replicas}
         digest = hashlib.sha1(json.dumps(normalize(body), sort_keys=True, default=str).encode()).hexdigest()[:8]
         return f"{self.config.get('name') or 'sweep'}-{digest}"
 
