@@ -103,3 +103,16 @@ def test_the_whole_path_offline_gives_timms_numbers_at_another_size(tmp_path):
     bad = tmp_path / "bad"
     (bad / "a").mkdir(parents=True)
     assert reproduce.main([*argv[:2], str(bad), *argv[3:]]) == 2
+
+
+def test_bad_input_is_one_line_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    (tmp_path / "val" / "n00000001").mkdir(parents=True)
+    assert reproduce.main(["rope_vit", "--imagenet-val", str(tmp_path / "val"), "--out", str(out)]) == 2
+    assert "an ImageNet validation folder has 1000 class folders (n01440764 ...), found 1" in capsys.readouterr().err
+    assert reproduce.main(["rope_vit", "--imagenet-val", str(tmp_path), "--device", "tpu", "--out", str(out)]) == 2
+    assert "--device tpu: not a device; give cpu, cuda or cuda:N" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        reproduce.main(["rope_vit", "--imagenet-val", str(tmp_path), "--models", "S ape"])  # no weights to load
+    assert "invalid choice: 'S ape'" in capsys.readouterr().err
+    assert not out.exists()
