@@ -212,12 +212,13 @@ def test_a_searched_profile_table_counts_its_spend_against_the_grid(tmp_path):
     assert table_cli.main(["cls_vs_gap", "--profile", "demo_bayes", "--runs", str(tmp_path / "runs"), "--out", str(out),
                            "--compare-with", str(repo_grid), "--no-figures"]) == 0
     text = (out / "table.md").read_text()
+    spend = text.split("## the top 2 points")[0]  # the spend table (the confirmation's follows it)
     grid = [json.loads(p.read_text()) for p in (repo_grid / "records").glob("*.json")]
     grid = [r for r in grid if r["profile"] == "demo"]
     epochs = {s: sum(len(r["history"]) for r in grid if (r["config"]["model.pooling"], r["config"]["model.head"]) == s)
               for s in (("cls", "mlp_tanh"), ("gap", "linear"))}
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-            for line in text.splitlines() if line.startswith("| cls/") or line.startswith("| gap/")}
+            for line in spend.splitlines() if line.startswith("| cls/") or line.startswith("| gap/")}
     # cls/mlp_tanh: 3 trials (1 stopped), 43 epochs; best lr 0.002, inside the grid's interval (0.0016 to 0.0027)
     trials = sum(1 for r in grid if (r["config"]["model.pooling"], r["config"]["model.head"]) == ("cls", "mlp_tanh"))
     assert rows["cls/mlp_tanh"][:5] == ["3 (1)", "43", "0.002", "0.9300", str(trials)] and trials > 0

@@ -67,6 +67,12 @@ class Profile:
                 raise ValueError(f"profile {self.name!r}: every grid block must sweep the same keys")
         if self.search is not None and not set(self.search.get("parameters", ())) <= set(self.axes):
             raise ValueError(f"profile {self.name!r}: a search's parameters are keys its grid blocks sweep")
+        confirm = (self.search or {}).get("confirm")
+        if confirm is not None and not (isinstance(confirm, dict) and set(confirm) == {"top", "seeds"}
+                                        and all(isinstance(v, int) and v >= 1 for v in confirm.values())
+                                        and confirm["seeds"] >= len(self.seeds) > 1):
+            raise ValueError(f"profile {self.name!r}: a search's confirm is {{top: m, seeds: n}}, the top m points "
+                             f"trained on to n seeds, n at least the profile's {len(self.seeds)} seeds (2 or more)")
 
     @property
     def axes(self) -> tuple[str, ...]:

@@ -158,7 +158,7 @@ class FitCLI(LightningCLI):
                                      if self.start else None)
         # the sweep's hyperband rule (--run.early_terminate), judged after the record has this epoch
         self.run_record.early = HyperbandStop.from_option(config[hyperband.OPTION], directory,
-                                                          lambda: self.run_record.history)
+                                                          lambda: self.run_record.history, config)
         tty = sys.stdout.isatty()
         trainer_config = self.config_init.get("trainer") or Namespace()
         trainer = super().instantiate_trainer(

@@ -8,6 +8,11 @@ otherwise by its best value so far; it stops when that is worse than the thresho
 iteration is an epoch whose value is a number: epochs without one (no validation, a non-finite value) are
 skipped, as W&B skips history rows without the metric.
 
+A sweep whose points train at several seeds (a replicated bayes search: `replicate` names the seed key) judges
+points, not runs: a point's value at an epoch is the mean over its seeds that reached it, every point's mean
+curve is a history, and a run stops when its point's verdict says so or when a run of its point was stopped
+(the point's seeds stop together; the search starts none of its other seeds).
+
 A trial gets its sweep's rule as a run option on its command line (OPTION, `--run.early_terminate=JSON`, put there
 by the sweep for both backends), so the command a trial records reproduces it. The trial reads the other trials'
 records from its sweep's folder (those whose fixed settings are its own), so parallel slots and SLURM array
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +35,8 @@ from vit_lightning.identity import normalize
 from vit_lightning.run.record import HISTORY_KEYS
 from vit_lightning.run.rundir import load_record
 
-OPTION = "run.early_terminate"  # fit's option: JSON {rule: early_terminate, metric: {name, goal}, fixed: {key: value}}
+# fit's option: JSON {rule: early_terminate, metric: {name, goal}, fixed: {key: value}[, replicate: the seed key]}
+OPTION = "run.early_terminate"
 FIELDS = ("type", "min_iter", "max_iter", "s", "eta", "strict")
 METRICS = (*HISTORY_KEYS, BEST_METRIC)  # the metrics a record has per epoch (val/acc_best: the best val/acc so far)
 MAX_ETA, MAX_S, MAX_ITER = 1e3, 100, 10**6  # finite settings W&B's rule makes sense with (s: brackets, iter: epochs)
@@ -95,9 +102,11 @@ def check_metric(metric: dict, logged, who: str, when: str = "") -> str:
     return name
 
 
-def setting(rule: dict, metric: dict, fixed: dict) -> str:
-    """The value of fit's `run.early_terminate`: a sweep's rule, its metric and its fixed settings as one JSON text."""
-    return json.dumps({"rule": rule, "metric": metric, "fixed": fixed}, sort_keys=True, separators=(",", ":"))
+def setting(rule: dict, metric: dict, fixed: dict, replicate: str | None = None) -> str:
+    """The value of fit's `run.early_terminate`: a sweep's rule, its metric, its fixed settings (and the seed key of
+    a search whose points train at several seeds) as one JSON text."""
+    value = {"rule": rule, "metric": metric, "fixed": fixed, **({"replicate": replicate} if replicate else {})}
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def option_error(text: str | None) -> str | None:
@@ -108,7 +117,8 @@ def option_error(text: str | None) -> str | None:
         value = json.loads(text)
     except ValueError:
         value = None
-    if not isinstance(value, dict) or set(value) - {"rule", "metric", "fixed"} or not isinstance(value.get("fixed", {}), dict):
+    if (not isinstance(value, dict) or set(value) - {"rule", "metric", "fixed", "replicate"}
+            or not isinstance(value.get("fixed", {}), dict) or not isinstance(value.get("replicate", ""), str)):
         return (f"{OPTION} must be JSON {{\"rule\": {{\"type\": \"hyperband\", ...}}, \"metric\": {{\"name\", \"goal\"}}, "
                 f"\"fixed\": {{...}}}} (a sweep writes it), got {text!r}")
     try:
@@ -151,16 +161,52 @@ def verdict(rule: Rule, own: list[float], histories: list[list[float]]) -> str |
             f"is below the top 1/{rule.eta:g} of the sweep's trials there (threshold {threshold:.4g})")
 
 
-def sweep_histories(folder: Path, fixed: dict, metric: str) -> dict[str, list[float]]:
-    """Run name -> metric series of every record in the sweep's folder whose config has the sweep's fixed values."""
+def sweep_records(folder: Path, fixed: dict) -> dict[str, dict]:
+    """Run name -> record of every record in the sweep's folder whose config has the sweep's fixed values."""
     want = {k: normalize(v) for k, v in fixed.items()}
     out = {}
     for path in sorted(folder.glob("*/results.json")):
         record = load_record(path.parent)[0]  # None: unreadable (being written, or broken): not counted
         config = (record or {}).get("config") or {}
         if record and all(k in config and normalize(config[k]) == v for k, v in want.items()):
-            out[path.parent.name] = series(record.get("history") or [], metric)
+            out[path.parent.name] = record
     return out
+
+
+def sweep_histories(folder: Path, fixed: dict, metric: str) -> dict[str, list[float]]:
+    """Run name -> metric series of every record in the sweep's folder whose config has the sweep's fixed values."""
+    return {name: series(r.get("history") or [], metric) for name, r in sweep_records(folder, fixed).items()}
+
+
+def point_of(config: dict, replicate: str) -> str:
+    """A point's identity: a run's config without its seed and the run's own bookkeeping (run.*)."""
+    kept = {k: v for k, v in config.items() if k != replicate and not k.startswith("run.")}
+    return json.dumps(normalize(kept), sort_keys=True, default=str)
+
+
+def mean_curve(histories: list[list[float]]) -> list[float]:
+    """A point's history: at each epoch, the mean over its seeds that reached it."""
+    length = max(map(len, histories), default=0)
+    return [statistics.fmean(h[e] for h in histories if len(h) > e) for e in range(length)]
+
+
+def point_verdict(rule: Rule, own: list[float], name: str, config: dict, records: dict[str, dict],
+                  replicate: str) -> str | None:
+    """Why a run of a replicated point stops now (its point judged on mean curves, or a run of it stopped), or None.
+    `records`: the sweep's records by run name; this run's own history is `own` (from memory)."""
+    points: dict[str, list[list[float]]] = {}
+    mine = point_of(config, replicate)
+    for other, record in records.items():
+        if other == name:
+            continue
+        key = point_of(record.get("config") or {}, replicate)
+        if key == mine and record.get("status") == "stopped_early":
+            return f"hyperband: its point was stopped at {replicate}={(record.get('config') or {}).get(replicate)}"
+        points.setdefault(key, []).append(series(record.get("history") or [], rule.metric))
+    points.setdefault(mine, []).append(own)
+    curves = {key: mean_curve(runs) for key, runs in points.items()}
+    reason = verdict(rule, curves[mine], list(curves.values()))
+    return reason and reason.replace(f"{rule.metric} ", f"{rule.metric} (its point's mean over seeds) ", 1)
 
 
 class HyperbandStop(pl.Callback):
@@ -170,15 +216,17 @@ class HyperbandStop(pl.Callback):
     history (`history()`) then holds this epoch.
     """
 
-    def __init__(self, setting: dict, directory: Path, history):
+    def __init__(self, setting: dict, directory: Path, history, config: dict | None = None):
         self.rule = parse(setting["rule"], setting["metric"])
         self.fixed, self.directory, self.history = setting.get("fixed", {}), Path(directory), history
+        self.replicate, self.config = setting.get("replicate"), config or {}
         self.reason: str | None = None
 
     @classmethod
-    def from_option(cls, text: str | None, directory: Path, history) -> HyperbandStop | None:
-        """The callback for fit's `run.early_terminate` (checked by `option_error`), or None when it is not set."""
-        return cls(json.loads(text), directory, history) if text else None
+    def from_option(cls, text: str | None, directory: Path, history, config: dict | None = None) -> HyperbandStop | None:
+        """The callback for fit's `run.early_terminate` (checked by `option_error`), or None when it is not set;
+        `config`: the run's own (a replicated search judges its point, found by it)."""
+        return cls(json.loads(text), directory, history, config) if text else None
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -195,6 +243,9 @@ class HyperbandStop(pl.Callback):
     def decide(self) -> str | None:
         """This epoch's verdict against the sweep's records (this run's own history from memory)."""
         own = series(self.history(), self.rule.metric)
+        if self.replicate and self.config:
+            records = sweep_records(self.directory.parent, self.fixed)
+            return point_verdict(self.rule, own, self.directory.name, self.config, records, self.replicate)
         others = sweep_histories(self.directory.parent, self.fixed, self.rule.metric)
         others[self.directory.name] = own
         return verdict(self.rule, own, list(others.values()))

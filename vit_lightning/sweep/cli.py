@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from vit_lightning.bookkeeping import SEED_KEY
 from vit_lightning.compat.wandb import env_mode
 from vit_lightning.identity import TRIAL_KEY
 from vit_lightning.sweep import jobscript, local, repair, select, supervise, trials, validate, wandb_backend, yamls
@@ -56,6 +57,12 @@ def parser() -> argparse.ArgumentParser:
                         help="K trials at once, each on 1/K of the visible GPUs (or of the CPU threads); default 1, "
                              "or with --trials-per-gpu one group per GPU")
     local_.add_argument("--retry-failed", action="store_true", help="run failed trials again")
+    local_.add_argument("--seeds-per-point", type=positive, metavar="K",
+                        help="bayes: train each proposed point at seeds 0..K-1 and tell the search their mean "
+                             "(replaces the sweep's seed values; run_cap and --count count runs)")
+    local_.add_argument("--confirm", type=confirm_pair, metavar="M,N",
+                        help="bayes: once the search is done, train its top M points (by their mean) on to N seeds "
+                             "(default: the profile's `confirm`)")
     local_.add_argument("--repair", action="store_true",
                         help="rebuild a damaged bayes journal from the records (a damaged sweep state is rebuilt "
                              "from them by every run)")
@@ -74,6 +81,14 @@ def parser() -> argparse.ArgumentParser:
                    help="print a SLURM job script that runs this sweep on a node (wandb: whose agents join the sweeps, "
                         "found or created now; local: whose array tasks share the run root); start nothing")
     return p
+
+
+def confirm_pair(text: str) -> tuple[int, int]:
+    """An argparse type: M,N (the top M points confirmed at N seeds), two positive integers."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(x.strip().isdigit() and int(x) > 0 for x in parts):
+        raise argparse.ArgumentTypeError(f"expected M,N (top M points at N seeds, e.g. 2,5), got {text!r}")
+    return int(parts[0]), int(parts[1])
 
 
 def positive(text: str) -> int:
@@ -167,6 +182,8 @@ def prepare(args) -> list[dict]:
                 if key not in known:
                     raise SweepError(f"--set {key}: unknown key ({validate.suggest(key, known)})")
                 config["parameters"][key] = {"value": value}
+            if args.seeds_per_point and config.get("method") == "bayes":  # each point at seeds 0..K-1
+                config["parameters"][SEED_KEY] = {"values": list(range(args.seeds_per_point))}
             if "early_terminate" in config:  # the rule a trial's command carries, with the sweep's settings as now
                 config["command"] = trials.early_command(config)
         except SweepError as err:
@@ -218,7 +235,23 @@ def bayes_searches(configs: list[dict], args, gpus: int) -> list:
     """The local backend's bayes searches (search.Search), one per bayes config; SweepError on bad settings."""
     from vit_lightning.sweep import search
 
-    return search.searches(configs, args.count, args.seed, gpus, args.retry_failed, SweepError)
+    return search.searches(configs, args.count, args.seed, gpus, args.retry_failed, SweepError,
+                           confirm=lambda config: args.confirm or profile_confirm(config, args.ablations_dir))
+
+
+def profile_confirm(config: dict, directory: Path | None) -> tuple[int, int] | None:
+    """The confirmation stage (top m, n seeds) of the profile a sweep names (run.ablation, run.profile), if any."""
+    from vit_lightning.ablation import load
+
+    names = [(config["parameters"].get(k) or {}).get("value") for k in ("run.ablation", "run.profile")]
+    if not all(isinstance(n, str) for n in names):
+        return None
+    try:
+        prof = load(names[0], directory).profile(names[1])
+    except (ValueError, KeyError, FileNotFoundError):
+        return None  # a sweep file of an ablation not here: no profile to read it from
+    confirm = (prof.search or {}).get("confirm")
+    return (confirm["top"], confirm["seeds"]) if confirm else None
 
 
 def run_local(all_trials: list[trials.Trial], groups: list[list[str]], args, searches=()) -> int:
@@ -360,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
                 return print_lines([t.shell() for t in all_trials] + [f"# {s.describe()}" for s in searches] + slots)
             check_sources(all_trials, args)
             return run_local(all_trials, groups, args, searches)
+        if args.confirm:
+            raise SweepError("--confirm is the local backend's (W&B has no confirmation stage): use --backend local, "
+                             "or train the chosen points at the remaining seeds yourself")
         return run_wandb(configs, args)
     except SweepError as err:
         print(f"vit-ablate sweep: error: {err}", file=sys.stderr)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vit_lightning.bookkeeping import RECORD
+from vit_lightning.bookkeeping import RECORD, SEED_KEY
 from vit_lightning.identity import TRIAL_KEY, normalize, run_dir, world_size
 from vit_lightning.model.family import trial_name
 from vit_lightning.run import hyperband
@@ -96,7 +96,10 @@ def early_command(config: dict) -> list:
     fixed = {name: spec["value"] if "value" in spec else spec["values"][0]
              for name, spec in config["parameters"].items()
              if not name.startswith("run.") and ("value" in spec or len(spec.get("values") or ()) == 1)}
-    return [*command, flag + hyperband.setting(config["early_terminate"], config["metric"], fixed)]
+    seeds = config["parameters"].get(SEED_KEY) or {}
+    # a bayes search trains each point at the seed's values: hyperband judges points (their mean over seeds)
+    replicate = SEED_KEY if config.get("method") == "bayes" and len(seeds.get("values") or ()) > 1 else None
+    return [*command, flag + hyperband.setting(config["early_terminate"], config["metric"], fixed, replicate)]
 
 
 def make(config: dict, params: dict[str, Any], gpus: int = 0) -> Trial:

@@ -34,7 +34,8 @@ def sweep_configs(ablation: Ablation, profile: str) -> list[tuple[str, dict]]:
             "parameters": dict(sorted(params.items())),  # W&B reads parameters in sorted order too
         }
         if prof.search:  # searched, not stepped through: W&B's keys as they are, the grid's values replaced
-            config.update({k: v for k, v in prof.search.items() if k not in ("parameters", "grid")})
+            # `confirm` (the local backend's confirmation stage) is no W&B key: the sweep reads it from its profile
+            config.update({k: v for k, v in prof.search.items() if k not in ("parameters", "grid", "confirm")})
             config["parameters"] = dict(sorted({**params, **plain(prof.search["parameters"])}.items()))
             config["command"] = early_command(config)  # W&B's agent runs it: the trial's hyperband rule in its argv
         out.append((stem, config))
