@@ -1,4 +1,4 @@
-"""W&B's published sweep engine (the `sweeps` package, the dev extra's pinned release) as the oracle of the project's
+"""W&B's published sweep engine (the `sweeps` package, the release pinned in tests/oracles.txt) as the oracle of the project's
 reading of its rules: grid expansion of every committed sweep YAML, and hyperband's verdicts on generated histories."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ PINNED = "0.3.0"  # the release whose hyperband reads bracket b at the b-th valu
 
 
 def test_the_pinned_engine_is_installed():
-    pin = next(line for line in (ROOT / "pyproject.toml").read_text().splitlines() if "sweeps==" in line)
-    assert f"sweeps=={PINNED}" in pin and sweeps.__version__ == PINNED
+    pin = next(line for line in (ROOT / "tests" / "oracles.txt").read_text().splitlines() if "sweeps==" in line)
+    assert pin == f"sweeps=={PINNED}" and sweeps.__version__ == PINNED
 
 
 def test_every_committed_grid_expands_to_the_engines_runs_in_its_order():
