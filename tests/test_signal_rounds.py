@@ -1,5 +1,5 @@
 """Signals back to back, round after round, to one real local sweep process (tests/signal_rounds.py): two and
-three SIGTERMs, a SIGTERM during a time-limit (SIGUSR1) stop, signals landing in a locked region or during a state
+three SIGTERMs, SIGTERM and the time limit's SIGUSR1 in either order and in bursts, signals landing in a locked region or during a state
 write; every round ends in one orderly stop, never a hang, a kill or a traceback."""
 
 from __future__ import annotations
@@ -25,8 +25,12 @@ PATTERNS = [
     ("plain", [(0, USR1), (0.01, TERM)]),  # the time limit's SIGTERM during its SIGUSR1 stop
     ("slow", [(0, USR1), (0.02, TERM), (0, TERM)]),
     ("slowstate", [(0, TERM), (0.03, TERM), (0.06, TERM)]),  # later ones land during the state's writes
+    ("plain", [(0, TERM), (0.01, USR1)]),  # a cancel or pre-emption, then the time limit's notice
+    ("slow", [(0, TERM), (0.01, USR1), (0, USR1), (0, TERM)]),
+    ("plain", [(0, USR1), (0.01, USR1), (0, USR1)]),  # a burst of time-limit notices
+    ("slow", [(0, USR1), (0.02, USR1), (0, TERM), (0, USR1)]),
 ]
-ROUNDS = 60
+ROUNDS = 60  # each pattern six times
 ROUND_TIMEOUT_S = 30.0
 
 
