@@ -7,7 +7,7 @@ docstring and sits on the ground floor. Modules that share a floor must not impo
 """
 
 FLOORS = (
-    ("bookkeeping", "identity", "defaults", "compat", "plotstyle", "floors",
+    ("bookkeeping", "identity", "defaults", "compat", "plotstyle", "floors", "evalkey",
      "data.__init__", "run.__init__", "analysis.__init__"),  # plain vocabulary; the folders' docstrings
     ("model", "data", "ablation", "__init__", "run.slurm_tasks"),  # the parts a run is built from
     ("run.rundir",),  # a run dir's lock, record and checkpoints

@@ -9,6 +9,7 @@ side times N (`eval["<data>@<S>px/p<N>"]`): image and patch scaled together, the
 
 from __future__ import annotations
 
+from vit_lightning.evalkey import parse
 from vit_lightning.results.render import Table
 from vit_lightning.results.shapes import Data, fmt_acc
 from vit_lightning.results.stats import summarize
@@ -35,8 +36,11 @@ def _accuracy(record: dict, patch: int, same_grid: bool = False) -> float | None
     if config.get(PATCH) == patch:
         return (record.get("metrics") or {}).get("val/acc")
     size = same_grid_size(record, patch) if same_grid else config.get("model.img_size")
-    key = f"{config.get('data.name')}@{size}px/p{patch}"
-    return ((record.get("eval") or {}).get(key) or {}).get("val/acc")
+    for name, metrics in (record.get("eval") or {}).items():
+        key = parse(name)  # the run's own data at that size and patch, the images as trained or resized
+        if key and key.patch == patch and key.img_size == size and key.view != "canvas" and key.of_run(config):
+            return (metrics or {}).get("val/acc")
+    return None
 
 
 def transfer_tables(data: Data) -> list[Table]:
