@@ -4,8 +4,8 @@
 several questions only), the image side, and how the images met it against the run's own (`native`: as trained;
 `canvas`: the content at its trained scale on a canvas of another side; `zoom`: the content at another scale,
 resized or drawn so), then the patch size when it differs from the run's. Records written before this key
-(`<data>@<N>px[/canvas][/p<patch>]`) were measured on the run's own task and glyph scale, the eval's default; they
-read as such (without `/canvas`: not a canvas).
+(`<data>@<N>px[/canvas][/p<patch>]`, no task even for data that asks several) were measured on the run's own task
+and glyph scale, the eval's default, and read as such (without `/canvas`: not a canvas).
 """
 
 from __future__ import annotations

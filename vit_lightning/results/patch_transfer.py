@@ -1,10 +1,11 @@
 """The patch_size ablation's transfer view: each trained patch size evaluated at every other one, no fine-tuning.
 
 The numbers come from `vit-ablate eval RUN --model.patch_size=N --into-record` (the patch kernel PI-resized, the
-position table resampled to the new grid), which stores top-1 in the record under `eval["<data>@<px>px/p<N>"]`; a
+position table resampled to the new grid), which stores top-1 in the record under `eval["<data>@<px>px/native/p<N>"]`; a
 run at its own patch size reads its own `val/acc`. Rows: the trained patch size; columns: the evaluated one. Its
 control rows read `vit-ablate eval RUN --model.patch_size=N --data.img_size=S --into-record` with S the trained grid's
-side times N (`eval["<data>@<S>px/p<N>"]`): image and patch scaled together, the grid kept.
+side times N (`eval["<data>@<S>px/zoom/p<N>"]`): image and patch scaled together, the grid kept (keys of before,
+without the view, read the same: evalkey.py).
 """
 
 from __future__ import annotations
