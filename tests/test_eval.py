@@ -63,7 +63,7 @@ def test_another_class_count_reports_few_shot_only_and_says_so_in_one_line(sourc
     assert capsys.readouterr().err == ""
     assert json.loads((tmp_path / "f.json").read_text())["metrics"] == record["metrics"]
     evals = json.loads((source / "results.json").read_text())["eval"]
-    assert set(evals["imagefolder@32px"]) == {"val/fewshot1", "val/fewshot1_std"}
+    assert set(evals["imagefolder@32px/native"]) == {"val/fewshot1", "val/fewshot1_std"}
     # without shots there is nothing to report: one line, nothing written
     before = files(tmp_path)
     assert cli.main(["eval", str(source), *data, "--shots", "--out", str(tmp_path / "g.json")]) == 2

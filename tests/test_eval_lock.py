@@ -104,7 +104,7 @@ def test_a_fit_training_or_finishing_refuses_the_eval_and_a_finished_one_lets_it
     code, err = evaluate_into(run_dir, tmp_path / "after.json", capsys)
     assert code == 0, err
     record = json.loads((run_dir / "results.json").read_text())
-    assert record["status"] == "completed" and list(record["eval"]) == ["synthetic@32px"]
+    assert record["status"] == "completed" and list(record["eval"]) == ["synthetic@32px/native"]
 
 
 def test_a_fit_that_reaches_its_run_while_an_eval_works_there_is_refused(trained, tmp_path, capsys, monkeypatch):
@@ -132,5 +132,32 @@ def test_a_fit_that_reaches_its_run_while_an_eval_works_there_is_refused(trained
     assert code == 0, err
     assert seen["code"] == rundir.BUSY and "not started: a run dir has one writer at a time" in seen["said"]
     record = json.loads((run_dir / "results.json").read_text())
-    assert list(record["eval"]) == ["synthetic@32px"]  # the eval's numbers, on the record the fit left alone
+    assert list(record["eval"]) == ["synthetic@32px/native"]  # the eval's numbers, on the record the fit left alone
     assert {k: v for k, v in record.items() if k not in ("eval", "updated_at")} == before
+
+
+def test_evaluations_of_one_run_by_several_processes_all_reach_its_record_and_keep_a_fit_out(trained, tmp_path,
+                                                                                             capsys):
+    """An eval holding its share of the run (another process evaluating it) lets a second one in, which adds its
+    numbers beside the first's; a fit meanwhile is refused as the run is being evaluated."""
+    root = tmp_path / "runs"
+    shutil.copytree(trained, root)
+    run_dir = root / "adhoc" / "local" / "src"
+    rundir.update_record(run_dir, lambda record: record.setdefault("eval", {}).update({"synthetic@40px/zoom": {}}))
+    with rundir.held(run_dir, shared=True):  # another eval at work on this run
+        code, err = evaluate_into(run_dir, tmp_path / "e.json", capsys)
+        assert code == 0, err
+        with pytest.raises(rundir.Busy, match="being evaluated"):
+            rundir.acquire(run_dir)  # what a fit takes first
+    record = json.loads((run_dir / "results.json").read_text())
+    assert set(record["eval"]) == {"synthetic@40px/zoom", "synthetic@32px/native"}  # merged, none lost
+    # two eval processes at once: both finish, and the record holds both evaluations
+    argv = [sys.executable, "-m", "vit_lightning.cli", "eval", str(run_dir), "--shots", "1", "--shuffle-perms", "0",
+            "--into-record"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([*argv, f"--data.img_size={size}", "--out", str(tmp_path / f"{size}.json")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for size in (24, 48)]
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0, proc.stdout.read()[-3000:]
+    record = json.loads((run_dir / "results.json").read_text())
+    assert {"synthetic@24px/zoom", "synthetic@48px/zoom"} <= set(record["eval"])

@@ -176,10 +176,15 @@ def test_a_glyphs_run_is_evaluated_on_larger_canvases_into_its_record(tmp_path, 
     for size in (36, 48):
         assert cli.main(["eval", str(run), f"--data.img_size={size}", "--shots", "--shuffle-perms", "0",
                          "--into-record"]) == 0
+    # another task, another glyph scale (a zoom of the content): filed apart, and not the run's resolution view
+    for other in (["--data.task=absolute"], ["--data.glyph_scale=2"]):
+        assert cli.main(["eval", str(run), "--data.img_size=48", *other, "--shots", "--shuffle-perms", "0",
+                         "--into-record"]) == 0
     record = json.loads((run / "results.json").read_text())
-    assert set(record["eval"]) == {"glyphs@36px/canvas", "glyphs@48px/canvas"}
+    assert set(record["eval"]) == {"glyphs:relative:x1@36px/canvas", "glyphs:relative:x1@48px/canvas",
+                                   "glyphs:absolute:x1@48px/canvas", "glyphs:relative:x2@48px/zoom"}
     found = accuracy_by_size(record)
     assert set(found) == {(24, ""), (36, "canvas"), (48, "canvas")} and all(0 <= v <= 1 for v in found.values())
-    written = json.loads((run / "eval-glyphs-48px.json").read_text())
+    written = json.loads((run / "eval-glyphs-relative-x1-48px-canvas.json").read_text())
     assert written["view"] == "canvas" and written["img_size"] == 48 and written["data"]["task"] == "relative"
     assert written["source"]["pos_resize"]  # the encoding met the 8 x 8 grid as its rule says

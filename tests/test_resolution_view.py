@@ -5,6 +5,7 @@ import json
 from test_results import make, md_cells, table, write_run
 
 from vit_lightning.analysis.evaluate import add_eval
+from vit_lightning.evalkey import EvalKey
 from vit_lightning.results.resolution import accuracy_by_size
 
 ENC = "model.pos_encoding"
@@ -12,16 +13,31 @@ ENC = "model.pos_encoding"
 
 def test_an_eval_filed_into_the_record_is_read_at_its_size_and_a_patch_size_eval_is_not():
     record = {"config": {"data.name": "mnist5k", "model.img_size": 28}, "metrics": {"val/acc": 0.9}}
-    for size, acc, patch in [(21, 0.4, None), (56, 0.3, None), (28, 0.1, {"from": 7, "to": 4})]:
-        evaluation = {"source": {"patch_resize": patch} if patch else {}, "data": {"name": "mnist5k"},
-                      "img_size": size, "metrics": {"val/acc": acc}}
-        add_eval(evaluation)(record)  # what `vit-ablate eval RUN --into-record` does to the run record
-    add_eval({"source": {}, "data": {"name": "mnist5k", "resize": "pad"}, "img_size": 42, "view": "canvas",
-              "metrics": {"val/acc": 0.7}})(record)  # the digit at its own scale on a larger canvas
-    record["eval"]["cifar10@21px"] = {"val/acc": 0.0}  # another dataset: not this run's resolution view
-    assert set(record["eval"]) == {"mnist5k@21px", "mnist5k@56px", "mnist5k@28px/p4", "mnist5k@42px/canvas",
-                                   "cifar10@21px"}
+    for size, acc, view, patch in [(21, 0.4, "zoom", None), (56, 0.3, "zoom", None), (28, 0.1, "native", 4),
+                                   (42, 0.7, "canvas", None)]:  # 42: the digit at its own scale on a larger canvas
+        key = EvalKey("mnist5k", size, view, patch=patch)
+        add_eval({"key": str(key), "metrics": {"val/acc": acc}})(record)  # what `eval RUN --into-record` does
+    record["eval"]["cifar10@21px/zoom"] = {"val/acc": 0.0}  # another dataset: not this run's resolution view
+    assert set(record["eval"]) == {"mnist5k@21px/zoom", "mnist5k@56px/zoom", "mnist5k@28px/native/p4",
+                                   "mnist5k@42px/canvas", "cifar10@21px/zoom"}
     assert accuracy_by_size(record) == {(28, ""): 0.9, (21, "zoom"): 0.4, (56, "zoom"): 0.3, (42, "canvas"): 0.7}
+    # the keys of before (no view word for a zoom) read the same
+    record["eval"] = {"mnist5k@21px": {"val/acc": 0.4}, "mnist5k@56px": {"val/acc": 0.3},
+                      "mnist5k@28px/p4": {"val/acc": 0.1}, "mnist5k@42px/canvas": {"val/acc": 0.7}}
+    assert accuracy_by_size(record) == {(28, ""): 0.9, (21, "zoom"): 0.4, (56, "zoom"): 0.3, (42, "canvas"): 0.7}
+
+
+def test_an_evaluation_on_another_task_or_glyph_scale_is_filed_apart_and_not_read_as_the_runs_own():
+    config = {"data.name": "glyphs", "data.task": "absolute", "data.glyph_scale": 1, "model.img_size": 36}
+    record = {"config": config, "metrics": {"val/acc": 0.9}}
+    for task, scale, view, acc in [("absolute", 1, "canvas", 0.8), ("relative", 1, "canvas", 0.3),
+                                   ("absolute", 2, "zoom", 0.2)]:
+        add_eval({"key": str(EvalKey("glyphs", 48, view, task, scale)), "metrics": {"val/acc": acc}})(record)
+    assert set(record["eval"]) == {"glyphs:absolute:x1@48px/canvas", "glyphs:relative:x1@48px/canvas",
+                                   "glyphs:absolute:x2@48px/zoom"}
+    assert accuracy_by_size(record) == {(36, ""): 0.9, (48, "canvas"): 0.8}  # the run's own task and scale only
+    record["eval"] = {"glyphs@48px/canvas": {"val/acc": 0.8}}  # a key of before: the run's own task, as eval defaulted
+    assert accuracy_by_size(record) == {(36, ""): 0.9, (48, "canvas"): 0.8}
 
 
 def test_zoomed_and_canvas_evaluations_are_columns_of_their_own(tmp_path):

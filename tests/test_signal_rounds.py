@@ -1,5 +1,5 @@
 """Signals back to back, round after round, to one real local sweep process (tests/signal_rounds.py): two and
-three SIGTERMs, a SIGTERM during a time-limit (SIGUSR1) stop, signals landing in a locked region or during a state
+three SIGTERMs, SIGTERM and the time limit's SIGUSR1 in either order and in bursts, signals landing in a locked region or during a state
 write; every round ends in one orderly stop, never a hang, a kill or a traceback."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import threading
 import time
 from pathlib import Path
 
-from vit_lightning.sweep import local
+import pytest
+
+from vit_lightning.sweep import local, supervise
 
 TERM, USR1 = signal.SIGTERM, signal.SIGUSR1
 # (the driver's kind of round, the signals with the seconds to wait before each)
@@ -25,8 +27,12 @@ PATTERNS = [
     ("plain", [(0, USR1), (0.01, TERM)]),  # the time limit's SIGTERM during its SIGUSR1 stop
     ("slow", [(0, USR1), (0.02, TERM), (0, TERM)]),
     ("slowstate", [(0, TERM), (0.03, TERM), (0.06, TERM)]),  # later ones land during the state's writes
+    ("plain", [(0, TERM), (0.01, USR1)]),  # a cancel or pre-emption, then the time limit's notice
+    ("slow", [(0, TERM), (0.01, USR1), (0, USR1), (0, TERM)]),
+    ("plain", [(0, USR1), (0.01, USR1), (0, USR1)]),  # a burst of time-limit notices
+    ("slow", [(0, USR1), (0.02, USR1), (0, TERM), (0, USR1)]),
 ]
-ROUNDS = 60
+ROUNDS = 60  # each pattern six times
 ROUND_TIMEOUT_S = 30.0
 
 
@@ -89,3 +95,26 @@ def test_back_to_back_signals_end_every_round_in_one_orderly_stop(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("slurm", [False, True])
+@pytest.mark.parametrize("order", [(TERM, USR1), (USR1, TERM), (TERM, TERM), (USR1, USR1), (TERM, USR1, TERM, USR1)])
+def test_signals_in_any_order_are_one_stop_and_a_late_sigterm_kills_only_outside_a_slurm_job(monkeypatch, order,
+                                                                                             slurm):
+    """The supervisor's rule, signal by signal, 10 s apart (past the job-wide copy's 5 s): the first signal stops the
+    children with SIGTERM, a time-limit notice after it is the same stop, and a second SIGTERM kills them only where
+    a person sends it (a SLURM job's own signals are never a request to kill)."""
+    if slurm:
+        monkeypatch.setenv("SLURM_JOB_ID", "7")
+    else:
+        monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    said, sent = [], []
+    boss = supervise.Supervisor(said.append)
+    monkeypatch.setattr(boss, "_signal", lambda procs, sig: sent.append(sig))
+    monkeypatch.setattr(boss, "_kill", lambda procs: sent.append("kill"))
+    for k, signum in enumerate(order):
+        boss._noted.append((signum, 100.0 + 10 * k))
+    boss._act()
+    repeat_term = order[0] == TERM and TERM in order[1:]
+    assert sent[0] == TERM and boss.exit_code(0) == 128 + order[0]
+    assert sent[1:] == (["kill"] if repeat_term and not slurm else []), said

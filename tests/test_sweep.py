@@ -270,9 +270,9 @@ def test_the_local_job_script_gives_each_slot_a_gpu_and_its_loaders_cpus_and_run
     [run] = [line for line in lines if " sweep hybrid " in line]
     assert run.endswith("--backend local --profile cifar10 --parallel 2 --set trainer.max_epochs=3 &"), run
     assert "scontrol requeue" in out and "--signal=B:USR1@120" in out
-    # one log per array task (task 10_3 writes name-10_3.out, not name-10.out); the time limit reaches the sweep
-    # as itself (SIGUSR1), so it is logged as the time limit
-    assert "#SBATCH --output=%x-%A_%a.out" in lines and """trap 'kill -USR1 "$pid"; requeue=1' USR1""" in lines
+    # one log per job, an array task's by its own job id (`%a` is 4294967294 without --array); the time limit
+    # reaches the sweep as itself (SIGUSR1), so it is logged as the time limit
+    assert "#SBATCH --output=%x-%j.out" in lines and """trap 'kill -USR1 "$pid"; requeue=1' USR1""" in lines
 
 
 # --- W&B backend -------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,30 @@ def test_a_dead_worker_is_one_line_its_trial_is_stopped_and_the_sweep_goes_on(tm
     died = [s for s in states.values() if s["error"] == "its worker died (signal 9)"]
     assert [s["status"] for s in died] == ["failed"] and all(s["pid"] is None for s in states.values())
     assert sorted(s["status"] for s in states.values()) == ["completed", "failed"]
+
+
+@pytest.mark.parametrize("order", [(signal.SIGTERM, signal.SIGUSR1), (signal.SIGUSR1, signal.SIGTERM)],
+                         ids=["term-then-usr1", "usr1-then-term"])
+def test_sigterm_and_the_time_limits_sigusr1_in_either_order_are_one_stop_with_a_checkpoint(tmp_path, order):
+    """A cancel or pre-emption in the job's last minutes: SIGTERM and the time limit's SIGUSR1 a moment apart, in
+    either order. The trial stops once with its stop checkpoint (never killed), and the re-run trains every step
+    once."""
+    epochs, batches = 2, 30
+    path, log = sweep_file(tmp_path, epochs, batches, lrs=(0.001,)), tmp_path / "sweep.log"
+    sweep = start_sweep(path, log)
+    try:
+        wait_for(lambda: training(tmp_path), 180, "no trial trained")
+        for signum in order:
+            os.kill(sweep.pid, signum)
+            time.sleep(0.3)
+        assert sweep.wait(timeout=120) == 128 + order[0], log.read_text()[-3000:]
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert "killing" not in text and "Traceback" not in text and text.count("stopping 1 process(es)") == 1, text
+    [stopped] = run_dirs(tmp_path)
+    assert json.loads((stopped / "results.json").read_text())["status"] == "interrupted"
+    assert list(stopped.glob("hpc_ckpt_*.ckpt"))  # the stop checkpoint: the re-run resumes at that step
+    assert start_sweep(path, log).wait(timeout=600) == 0, log.read_text()[-3000:]
+    assert_every_step_once(tmp_path, 1, epochs, batches)

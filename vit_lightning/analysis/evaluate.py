@@ -4,7 +4,10 @@ SOURCE is what `fit --model.init_from` takes (a run dir, a .ckpt, timm:NAME, tim
 defaults to the run's own; any `--data.*` option changes it (another dataset, another img_size), and the
 position encoding is resampled as fine-tuning would resample it. Another img_size zooms stored images (the content
 changes scale) unless `--data.resize=pad` centres them on a larger canvas; glyphs and translated_mnist are drawn at
-the new canvas, the content at its own scale (filed as `<data>@<N>px/canvas`). Several SOURCEs are evaluated in turn.
+the new canvas, the content at its own scale. Each evaluation is filed under what it measured (evalkey.py: data,
+task and glyph scale, size, view, patch size), so one on another task or glyph scale is filed apart from the run's
+own. Several SOURCEs are evaluated in turn; evaluations of one run by several processes add to its record side by
+side, and none works while a fit trains the run.
 `--model.patch_size=N` evaluates at another patch size, the patch kernel PI-resized (FlexiViT) and the encodings
 resampled to the new grid. With the source's head, val/acc_shuffled and val/shuffle_drop too (the patches of every
 image permuted, shuffle.py). The numbers go to a JSON record beside the checkpoint (or --out), or into the run's
@@ -38,6 +41,7 @@ from vit_lightning.analysis import fewshot
 from vit_lightning.analysis.shuffle import PERMUTATIONS, block_error, shuffled_accuracy, validation_batches
 from vit_lightning.analysis.trained import TrainedError, build_data, load_trained
 from vit_lightning.bookkeeping import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC, now, number_in, write_atomic
+from vit_lightning.evalkey import EvalKey
 from vit_lightning.identity import plain
 from vit_lightning.model.build import build_backbone
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, RESIZE, TOKEN_GRID, family_of
@@ -217,8 +221,8 @@ def run(args, changes: dict) -> tuple[dict, Path]:
               "--new-head says so)", file=sys.stderr, flush=True)
     beside = Path(about["file"]).parent if about.get("file") else Path(".")
     options = {**(data or {}), **changes}
-    resized = f"-p{vit.config.patch_size}" if "patch_resize" in about else ""
-    out = args.out or beside / f"eval-{options.get('name', 'data')}-{datamodule.img_size}px{resized}.json"
+    key = eval_key(datamodule, options, data or {}, about)
+    out = args.out or beside / out_name(key)
     if args.out is None:
         check_writable(out, "the eval record")
     vit.to(args.device)
@@ -227,12 +231,34 @@ def run(args, changes: dict) -> tuple[dict, Path]:
         metrics.update(_shuffled(vit, datamodule, args.shuffle_perms))
     if args.shots:
         metrics.update(fewshot.evaluate(vit, datamodule, tuple(args.shots)))
-    record = {"source": {k: v for k, v in about.items() if k != "classes"}, "data": options,
-              "img_size": datamodule.img_size, "view": datamodule.view, "patch_size": vit.config.patch_size,
+    record = {"source": {k: v for k, v in about.items() if k not in ("classes", "trained_size")}, "data": options,
+              "key": str(key), "img_size": datamodule.img_size, "view": key.view, "patch_size": vit.config.patch_size,
               "pos_resample": args.pos_resample,
               "new_head": new_head,
               "metrics": metrics, "finished_at": now()}
     return record, out
+
+
+def eval_key(datamodule, options: dict, own: dict, about: dict) -> EvalKey:
+    """What this evaluation measures, against the run's own data options `own` and image size (evalkey.py)."""
+    asks = bool(datamodule.source.tasks)  # data of several questions: its task and glyph scale name what was measured
+    scale = options.get("glyph_scale") or 1
+    if asks and scale != (own.get("glyph_scale") or 1):
+        view = "zoom"  # drawn at another scale: the content changed scale, whatever the canvas
+    elif datamodule.img_size == about.get("trained_size"):
+        view = "native"
+    else:
+        view = "canvas" if datamodule.view == "canvas" else "zoom"
+    resized = about.get("patch_resize")
+    return EvalKey(str(options.get("name")), datamodule.img_size, view, options.get("task") if asks else None,
+                   scale if asks else None, resized["to"] if resized else None)
+
+
+def out_name(key: EvalKey) -> str:
+    """eval-<data>[-<task>-x<scale>]-<N>px[-canvas][-p<patch>].json: the record file of one evaluation, by its key."""
+    asks = f"-{key.task}-x{key.scale}" if key.task is not None else ""
+    return (f"eval-{key.data}{asks}-{key.img_size}px" + ("-canvas" if key.view == "canvas" else "")
+            + (f"-p{key.patch}" if key.patch else "") + ".json")
 
 
 def _shuffled(vit, datamodule, count: int) -> dict[str, float]:
@@ -262,7 +288,8 @@ def _resampled(args, changes: dict):
     check_data(source, vit.config.in_chans)
     start_from(vit, source, args.pos_resample, new_head=args.new_head)
     about = account(source, patch, datamodule.img_size, args.pos_resample)
-    return vit, datamodule, {**about, "classes": source.options.get("num_classes")}, source.data
+    trained = {"classes": source.options.get("num_classes"), "trained_size": source.options.get("img_size")}
+    return vit, datamodule, {**about, **trained}, source.data
 
 
 def _as_trained(args, changes: dict):
@@ -280,16 +307,14 @@ def _as_trained(args, changes: dict):
         raise ValueError(f"{args.source}: a {config.arch} run is evaluated at its own image size and channels "
                          f"({size} px, {config.in_chans}), not {datamodule.img_size} px, {datamodule.in_chans}")
     account = {"source": args.source, "file": str(trained.checkpoint), "sha256": sha256(trained.checkpoint),
-               "trial": (trained.record or {}).get("trial"), "classes": config.num_classes}
+               "trial": (trained.record or {}).get("trial"), "classes": config.num_classes, "trained_size": size}
     return model, datamodule, account, trained.data_options
 
 
 def add_eval(record: dict):
-    """The change that files an evaluation record under the run record's `eval`, as
-    `<data>@<size>px[/canvas][/p<patch>]` (/canvas: the content at its own scale on a larger canvas, not zoomed)."""
-    resized = record["source"].get("patch_resize")
-    key = (f"{record['data'].get('name')}@{record['img_size']}px" + ("/canvas" if record.get("view") == "canvas" else "")
-           + (f"/p{resized['to']}" if resized else ""))
+    """The change that files an evaluation record under the run record's `eval`, by what it measured (its `key`:
+    data, task and glyph scale, image size, view, patch size; evalkey.py)."""
+    key = record["key"]
 
     def change(run_record: dict) -> None:
         run_record.setdefault("eval", {})[key] = record["metrics"]
@@ -312,7 +337,8 @@ def evaluate_one(args, extra: list[str]) -> int:
         # with --into-record the run's lock is held from before the work to the write: a fit training the run would
         # overwrite the numbers, so one running now refuses this, and one started meanwhile is refused
         directory = checkpoint_path(Path(args.source)).parent
-        with held(directory) if args.into_record else contextlib.nullcontext() as lock:
+        # a shared hold: evaluations of one run work side by side, each adding its numbers to the record in turn
+        with held(directory, shared=True) if args.into_record else contextlib.nullcontext() as lock:
             record, out = run(args, changes)
             if args.into_record:  # first, so a refusal writes nothing
                 update_record(directory, add_eval(record), lock=lock)

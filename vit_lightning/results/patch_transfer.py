@@ -1,14 +1,16 @@
 """The patch_size ablation's transfer view: each trained patch size evaluated at every other one, no fine-tuning.
 
 The numbers come from `vit-ablate eval RUN --model.patch_size=N --into-record` (the patch kernel PI-resized, the
-position table resampled to the new grid), which stores top-1 in the record under `eval["<data>@<px>px/p<N>"]`; a
+position table resampled to the new grid), which stores top-1 in the record under `eval["<data>@<px>px/native/p<N>"]`; a
 run at its own patch size reads its own `val/acc`. Rows: the trained patch size; columns: the evaluated one. Its
 control rows read `vit-ablate eval RUN --model.patch_size=N --data.img_size=S --into-record` with S the trained grid's
-side times N (`eval["<data>@<S>px/p<N>"]`): image and patch scaled together, the grid kept.
+side times N (`eval["<data>@<S>px/zoom/p<N>"]`): image and patch scaled together, the grid kept (keys of before,
+without the view, read the same: evalkey.py).
 """
 
 from __future__ import annotations
 
+from vit_lightning.evalkey import parse
 from vit_lightning.results.render import Table
 from vit_lightning.results.shapes import Data, fmt_acc
 from vit_lightning.results.stats import summarize
@@ -35,8 +37,11 @@ def _accuracy(record: dict, patch: int, same_grid: bool = False) -> float | None
     if config.get(PATCH) == patch:
         return (record.get("metrics") or {}).get("val/acc")
     size = same_grid_size(record, patch) if same_grid else config.get("model.img_size")
-    key = f"{config.get('data.name')}@{size}px/p{patch}"
-    return ((record.get("eval") or {}).get(key) or {}).get("val/acc")
+    for name, metrics in (record.get("eval") or {}).items():
+        key = parse(name)  # the run's own data at that size and patch, the images as trained or resized
+        if key and key.patch == patch and key.img_size == size and key.view != "canvas" and key.of_run(config):
+            return (metrics or {}).get("val/acc")
+    return None
 
 
 def transfer_tables(data: Data) -> list[Table]:

@@ -1,8 +1,10 @@
 """The resolution view: each run evaluated at other image sizes without fine-tuning, beside its own size.
 
-`vit-ablate eval RUN --data.img_size=N --into-record` stores top-1 in the run record under `eval["<data>@<N>px"]`
+`vit-ablate eval RUN --data.img_size=N --into-record` stores top-1 in the run record under `eval["<data>@<N>px/zoom"]`
 when the images were resized to N (content zoom: a patch holds more or less of the image), or `"<data>@<N>px/canvas"`
-when the content kept its scale on a canvas of N (padded, or drawn there: more tokens, the same patches). The record's
+when the content kept its scale on a canvas of N (padded, or drawn there: more tokens, the same patches); data that
+asks several questions names its task and glyph scale (`glyphs:relative:x1@48px/canvas`), and only the run's own
+are this view's (evalkey.py; keys of before, `<data>@<N>px[/canvas]`, read as the run's own). The record's
 `pos_resize` says how the encoding met the new grid; the size a run was trained at reads its own `val/acc`. Rows:
 the cells; columns: the image sizes and how each was reached. Only a larger canvas asks an encoding to extrapolate
 with the patches it knows (RoPE-ViT's test); a zoom also changes what each patch holds.
@@ -10,15 +12,12 @@ with the patches it knows (RoPE-ViT's test); a zoom also changes what each patch
 
 from __future__ import annotations
 
-import re
-
+from vit_lightning.evalkey import parse
 from vit_lightning.results.render import Table
 from vit_lightning.results.shapes import Data, fmt_acc
 from vit_lightning.results.stats import summarize
 
 SIZE = "model.img_size"
-# a patch-size evaluation ("...px/p4") is not this view's
-EVAL_KEY = re.compile(r"(?P<data>[^@]+)@(?P<px>\d+)px(?:/(?P<canvas>canvas))?")
 VIEWS = {"": "trained", "zoom": "content zoom", "canvas": "larger canvas"}
 
 
@@ -29,12 +28,13 @@ def accuracy_by_size(record: dict) -> dict[tuple[int, str], float]:
     size = config.get(SIZE)  # a whole number or a (height, width) pair (the loader's checks): a square's side here
     if (own := (record.get("metrics") or {}).get("val/acc")) is not None and isinstance(size, int):
         found[size, ""] = own
-    for key, metrics in (record.get("eval") or {}).items():
-        match = EVAL_KEY.fullmatch(key)
-        if match and match["data"] == config.get("data.name") and (metrics or {}).get("val/acc") is not None:
-            view = "canvas" if match["canvas"] else "zoom"
-            if (int(match["px"]), "") not in found:
-                found.setdefault((int(match["px"]), view), metrics["val/acc"])
+    for name, metrics in (record.get("eval") or {}).items():
+        key = parse(name)
+        # this view's: the run's own data, task and glyph scale at another size, its own patch size
+        if key is None or key.patch is not None or not key.of_run(config) or key.view == "native":
+            continue
+        if (metrics or {}).get("val/acc") is not None and (key.img_size, "") not in found:
+            found.setdefault((key.img_size, key.view), metrics["val/acc"])
     return found
 
 

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from vit_lightning.compat.lightning import cluster_environment, request_graceful_stop
+from vit_lightning.run.rng import rng_states, set_rng_states
 
 
 class DivergenceStop(pl.Callback):
@@ -184,23 +185,51 @@ class ConfigToLoggers(pl.Callback):
 
 
 class EpochSeed(pl.Callback):
-    """Reseed all RNGs from (seed, epoch, rank) at each epoch start: a resumed run draws what an unbroken one does.
+    """Reseed all RNGs from (seed, epoch, rank) at each epoch start, and carry them in the checkpoint: a run resumed
+    at an epoch's start or in its middle draws what an unbroken one does.
 
     Lightning creates an epoch's loader iterator after `on_train_epoch_start`, except for the first epoch a
     process trains (created earlier, to count batches); creating it draws a worker base seed from the global
     RNG, so the loaders get a private generator for that, and augmentation draws the same numbers either way (the
-    training order is the sampler's own, from (seed, epoch): data/resumable.py). Exact for in-memory data
-    (num_workers=0); worker processes seed themselves.
+    training order is the sampler's own, from (seed, epoch): data/resumable.py). A checkpoint holds every rank's
+    generators as the step it was taken at left them (a sized loader fetches no batch ahead, so no draw of the next
+    step has happened yet); a fit resumed mid-epoch, which has no `on_train_epoch_start`, puts them back when it
+    starts training. Exact for in-memory data (num_workers=0); worker processes seed themselves.
     """
 
     def __init__(self, seed):
         self.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+        self._trainer: pl.Trainer | None = None
+        self._resumed: list | None = None  # each rank's generators from the checkpoint, until training starts
+
+    @override
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        self._trainer = trainer
+
+    @override
+    def state_dict(self) -> dict:
+        states, trainer = rng_states(), self._trainer
+        if trainer is not None and trainer.world_size > 1:  # every rank saves; rank 0's copy is the one written
+            gathered: list = [None] * trainer.world_size
+            torch.distributed.all_gather_object(gathered, states)
+            return {"ranks": gathered}
+        return {"ranks": [states]}
+
+    @override
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._resumed = list(state_dict.get("ranks") or []) or None
 
     @override
     def on_fit_start(self, trainer, pl_module) -> None:
         for loader in _loaders(trainer.train_dataloader):
             if loader.generator is None:
                 loader.generator = torch.Generator().manual_seed(self.seed or 0)
+
+    @override
+    def on_train_start(self, trainer, pl_module) -> None:
+        resumed, self._resumed = self._resumed, None
+        if resumed and len(resumed) == trainer.world_size:  # an epoch that starts anew reseeds itself after this
+            set_rng_states(resumed[trainer.global_rank])
 
     @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:

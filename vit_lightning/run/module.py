@@ -24,6 +24,9 @@ OPTIMIZER_RANGES = {"lr": (0, 10, True), "weight_decay": (0, 10), "warmup_epochs
                     "label_smoothing": (0, 1, False, True), "momentum": (0, 1, False, True)}
 
 
+TRAIN_SUMS = "train_epoch_sums"  # the checkpoint's entry for the cut epoch's training sums
+
+
 class ViTClassifier(pl.LightningModule):
     """Image classification with a backbone of any family built from plain options (all saved in the checkpoint)."""
 
@@ -84,6 +87,7 @@ class ViTClassifier(pl.LightningModule):
         self._loss_sums: dict[str, tuple[torch.Tensor, int]] = {}
         self.start: Start | None = None  # init_from as fit resolved it (FitCLI sets it); read here when built alone
         self._started_from = False  # the init_from weights are loaded once, by the first configure_model
+        self._resumed_sums: dict | None = None  # the cut epoch's training sums from the checkpoint, until training
         self._compiled: dict | None = None  # model.compile: {"train": fn, "eval": fn} (compiled_forwards)
 
     @override
@@ -149,6 +153,33 @@ class ViTClassifier(pl.LightningModule):
     @override
     def on_validation_epoch_end(self) -> None:
         self._log_epoch("val", {"acc": self.val_acc, "acc5": self.val_acc5})
+
+    @override
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """The cut epoch's training sums (all ranks' added up), so a fit resumed mid-epoch averages all its batches."""
+        if "train" not in self._loss_sums:  # an epoch's last step logs and drops them: nothing is cut
+            return
+        total, count = self._loss_sums["train"]
+        sums = {"loss": torch.as_tensor(total).detach().double().reshape(1), "count": torch.tensor([count]),
+                **{f"acc.{k}": v.detach().clone() for k, v in self.train_acc.metric_state.items()}}
+        if self.trainer.world_size > 1:
+            sums = {k: v.to(self.device) for k, v in sums.items()}
+            for value in sums.values():
+                torch.distributed.all_reduce(value)
+        checkpoint[TRAIN_SUMS] = {k: v.cpu() for k, v in sums.items()}
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._resumed_sums = checkpoint.get(TRAIN_SUMS)
+
+    @override
+    def on_train_start(self) -> None:
+        sums, self._resumed_sums = self._resumed_sums, None
+        if not sums or self.global_rank != 0:  # the other ranks start from zero: each epoch's end adds all ranks up
+            return
+        self._loss_sums["train"] = (sums["loss"].to(self.device, torch.float32).reshape(()), int(sums["count"]))
+        for name, value in self.train_acc.metric_state.items():
+            setattr(self.train_acc, name, sums[f"acc.{name}"].to(value.device, value.dtype))
 
     def _add_loss(self, stage: str, loss: torch.Tensor, n: int) -> None:
         """Add a batch's mean loss, weighted by its size, to the epoch's (sum, count); no host-to-device copy."""

@@ -38,6 +38,7 @@ from vit_lightning.identity import plain
 from vit_lightning.model.position import trained_options
 
 LOCK = ".lock"
+RECORD_TURN = ".record.lock"  # writers outside fit change the record one at a time (update_record)
 ENV_FD = "VIT_ABLATE_RUN_LOCK_FD"  # a lock on this run dir that the parent (the sweep) took for this process
 BUSY = 75  # fit's exit code when another process trains its run dir (EX_TEMPFAIL: try again later)
 
@@ -62,7 +63,7 @@ def acquire(directory: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise Busy(f"{directory} is being trained by {holder(directory)}") from None
+        raise Busy(f"{directory} is {_held_for(path)}") from None
     try:  # who holds it, for the message others get
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
@@ -70,6 +71,31 @@ def acquire(directory: Path) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def acquire_shared(directory: Path) -> int:
+    """A share of directory's lock, for writers that only add to the record (evaluations): they hold it together, and
+    a fit holding it refuses them, as they refuse a fit. The lock's fd; Busy while a fit holds it."""
+    path = Path(directory) / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise Busy(f"{directory} is being trained by {holder(directory)}") from None
+    return fd
+
+
+def _held_for(path: Path) -> str:
+    """Why the lock at path is held: shared by evaluations, or 'being trained by' the holder it names."""
+    probe = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # takes a share only while no one holds it alone
+        return "being evaluated by another process (vit-ablate eval --into-record)"
+    except BlockingIOError:
+        return f"being trained by {holder(path.parent)}"
+    finally:
+        os.close(probe)
 
 
 def release(fd: int) -> None:
@@ -180,13 +206,14 @@ def run_dirs(folder: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def held(directory: Path):
+def held(directory: Path, shared: bool = False):
     """The run dir's lock for a writer outside fit, held for its whole work (its fd; None for a directory without
-    a record: nothing to protect). A fit that starts meanwhile is refused; Busy when a fit holds it now."""
+    a record: nothing to protect). A fit that starts meanwhile is refused; Busy when a fit holds it now. `shared`:
+    a share of it (acquire_shared), which other shared writers of the same run hold at the same time."""
     if not (Path(directory) / RECORD).is_file():
         yield None
         return
-    lock = acquire(directory)
+    lock = acquire_shared(directory) if shared else acquire(directory)
     try:
         yield lock
     finally:
@@ -203,7 +230,9 @@ def update_record(directory: Path, change, lock: int | None = None) -> dict:
         raise RunDirError(f"no {RECORD} in {directory}")
     own = lock is None
     lock = acquire(directory) if own else lock
+    turn = os.open(Path(directory) / RECORD_TURN, os.O_RDWR | os.O_CREAT, 0o644)
     try:
+        fcntl.flock(turn, fcntl.LOCK_EX)  # writers sharing the lock read, change and write the record in turn
         record = read_record(directory)
         if record is None:
             raise RunDirError(f"no {RECORD} in {directory}")
@@ -212,6 +241,7 @@ def update_record(directory: Path, change, lock: int | None = None) -> dict:
         write_record(directory, record)
         return record
     finally:
+        os.close(turn)
         if own:
             release(lock)
 

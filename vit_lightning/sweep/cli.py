@@ -31,6 +31,7 @@ backend auto: wandb when W&B credentials exist (WANDB_API_KEY, or `wandb login [
 GPU profiles set trainer.devices=auto: a trial uses every GPU of its group (--parallel / --gpus-per-agent).
 """
 
+STAGGER_S = 5.0  # the wandb backend's seconds between agent starts, unless --stagger
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # exponent without a dot: YAML 1.1 leaves it a string
 
 
@@ -74,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
     remote.add_argument("--entity")
     remote.add_argument("--agents", type=int, metavar="N", help="agents to start (default: visible GPUs / K)")
     remote.add_argument("--gpus-per-agent", type=int, metavar="K", help="GPUs per agent = DDP width per trial (default 1)")
-    remote.add_argument("--stagger", type=float, default=5.0, metavar="S", help="seconds between agent starts")
+    remote.add_argument("--stagger", type=float, default=STAGGER_S, metavar="S", help="seconds between agent starts")
     remote.add_argument("--sweep-id", action="append", default=[], metavar="ID",
                         help="join existing sweep(s) [ENTITY/PROJECT/]ID instead of creating them (other nodes)")
     p.add_argument("--print-sbatch", action="store_true",
@@ -265,9 +266,14 @@ def print_local_sbatch(configs: list[dict], args) -> int:
     parallel = args.parallel or 1
     gpus = parallel if uses_gpus(configs) else 0  # one GPU per group, as --parallel splits the job's GPUs
     checked_trials(configs, args, gpus=1 if gpus else 0)  # every trial checked now, as the job will check them
-    flags = [flag for flag, on in (("--retry-failed", args.retry_failed), ("--fresh-processes", args.fresh_processes))
-             if on]
-    argv = job_argv(args, "local", [("--parallel", parallel), ("--trials-per-gpu", per_gpu_option(args))], flags)
+    searches = bayes_searches(configs, args, gpus=1 if gpus else 0)
+    repair.check([], searches, args.repair, True, log=lambda m: print(m.replace("without --dry-run", "in the job"),
+                                                                    file=sys.stderr))
+    flags = [flag for flag, on in (("--retry-failed", args.retry_failed), ("--fresh-processes", args.fresh_processes),
+                                   ("--repair", args.repair)) if on]
+    options = [("--parallel", parallel), ("--trials-per-gpu", per_gpu_option(args)),
+               ("--seed", args.seed or None)]  # a random or bayes sweep's draws
+    argv = job_argv(args, "local", options, flags)
     name = job_name(args)
     shares = ("Every task of this script (sbatch --array=1-N) takes the trials no other live process holds "
               "on this run root.")
@@ -307,6 +313,7 @@ def run_wandb(configs: list[dict], args) -> int:
         argv = job_argv(args, "wandb", [("--project", args.project), ("--entity", entity), ("--agents", args.agents),
                                         ("--gpus-per-agent", args.gpus_per_agent),
                                         ("--trials-per-gpu", per_gpu_option(args)),
+                                        ("--stagger", args.stagger if args.stagger != STAGGER_S else None),
                                         *(("--sweep-id", path) for path in paths)])
         return print_lines([jobscript.sbatch_script(argv, name, gpus, cpus, shares)])
     agents = wandb_backend.agent_commands(paths, groups, args.count, wandb_backend.wandb_command(), args.trials_per_gpu)
@@ -362,6 +369,14 @@ def print_trial_config(all_trials: list[trials.Trial], number: int) -> int:
     return train.main([*argv, "--print_config"])
 
 
+def described(search) -> str:
+    """A bayes search's line for --dry-run; a damaged journal (reported already, --repair given) says so instead."""
+    try:
+        return search.describe()
+    except ValueError:
+        return f"bayes search {search.journal.name}: journal damaged; --repair without --dry-run rebuilds it"
+
+
 def print_lines(lines: list[str]) -> int:
     """Print to stdout; a closed pipe (`| head`) is not an error."""
     try:
@@ -390,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             repair.check(all_trials, searches, args.repair, args.dry_run, log=lambda m: print(m, file=sys.stderr))
             if args.dry_run:
                 slots = slot_lines(groups, args.trials_per_gpu) if args.trials_per_gpu > 1 else []
-                return print_lines([t.shell() for t in all_trials] + [f"# {s.describe()}" for s in searches] + slots)
+                return print_lines([t.shell() for t in all_trials] + [f"# {described(s)}" for s in searches] + slots)
             check_sources(all_trials, args)
             return run_local(all_trials, groups, args, searches)
         if args.confirm:

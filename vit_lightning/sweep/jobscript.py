@@ -26,9 +26,10 @@ def sbatch_script(sweep_argv: list[str], job_name: str, gpus: int, cpus: int, sh
     partition and account are lines to edit. Two minutes before the time limit SLURM sends SIGUSR1 to the script
     alone: it passes it on to the sweep, which stops its trials (SIGTERM) while they can still checkpoint and logs
     the stop as the time limit, then requeues the job, so they go on without a human. `scancel` and pre-emption
-    send SIGTERM to every process of the job: the sweep stops its trials once (the script's forwarded copy is the
-    same stop) and the job stays stopped, or, pre-empted, goes back to the queue through --requeue. The log is
-    appended to across requeues, one per array task (`%x-%A_%a.out`: job name, array job id, task id).
+    send SIGTERM to every process of the job: the sweep stops its trials once (the script's forwarded copy, and a
+    time-limit signal after it, are the same stop) and the job stays stopped, or, pre-empted, goes back to the
+    queue through --requeue. The log is appended to across requeues, one per job (`%x-%j.out`: job name, job id;
+    an array task has a job id of its own, and `%a` would be 4294967294 in a job submitted without --array).
     """
     lines = ["#!/bin/bash", f"#SBATCH --job-name={job_name}", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1"]
     if gpus:
@@ -43,7 +44,7 @@ def sbatch_script(sweep_argv: list[str], job_name: str, gpus: int, cpus: int, sh
               "##SBATCH --partition=NAME      # edit, and remove one '#', to choose a partition",
               "##SBATCH --account=NAME        # edit, and remove one '#', to charge an account",
               "#SBATCH --signal=B:USR1@120", "#SBATCH --requeue", "#SBATCH --open-mode=append",
-              "#SBATCH --output=%x-%A_%a.out",
+              "#SBATCH --output=%x-%j.out",
               f"# {shares}",
               f"cd {shlex.quote(os.getcwd())}",
               "# In the background, so the signals reach this script at once. USR1 (the time limit is near): the sweep",

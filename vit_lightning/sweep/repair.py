@@ -37,7 +37,7 @@ def _problem(path: Path, shape: Callable[[object], str | None]) -> str | None:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        return f"not JSON, truncated or overwritten: {error.msg.lower()} at character {error.pos}"
+        return f"not JSON, truncated or overwritten: {error.msg.lower()} (character {error.pos})"
     return shape(data)
 
 

@@ -7,7 +7,8 @@ without the children exiting, SIGKILLs the children and everything below them. A
 repeats within SAME_STOP_S is the same stop, not a second one: `scancel` and pre-emption signal
 every process of a job at once, and the job script forwards that signal to the sweep as well.
 SIGUSR1 is the job script's word that the job's time limit is near: the children get SIGTERM (they
-stop with a checkpoint) and a SIGTERM after it (the time limit itself) is the same stop. A stopped
+stop with a checkpoint) and a SIGTERM after it (the time limit itself) is the same stop; so is a SIGUSR1 after any
+stop (a cancel or pre-emption in the job's last minutes), and, inside a SLURM job, a later SIGTERM. A stopped
 sweep exits with 128 + the signal number. When the runner itself fails (`fail`: it cannot write its
 state, cannot start a process), the children are stopped the same way and reaped.
 
@@ -253,10 +254,16 @@ class Supervisor:
                 self._kill(procs)
 
     def _same_stop(self, signum: int, when: float) -> bool:
-        """A SIGTERM that belongs to the stop already under way: the job-wide copy of it, or the time limit."""
+        """A signal that belongs to the stop already under way: any time-limit notice (SIGUSR1: a stop is one already),
+        and a SIGTERM after the time limit's stop, after the job-wide copy of it, or anywhere in a SLURM job (no one
+        types it there twice to kill: the job's own time limit and pre-emption send it, and SLURM kills after them)."""
+        if signum == signal.SIGUSR1:
+            return True
         if signum != signal.SIGTERM:
-            return signum == self._acted == signal.SIGUSR1
-        return self._acted == signal.SIGUSR1 or (self._acted == signal.SIGTERM and when - self._stop_time < SAME_STOP_S)
+            return False
+        if self._acted == signal.SIGUSR1 or (self._acted == signal.SIGTERM and os.environ.get("SLURM_JOB_ID")):
+            return True
+        return self._acted == signal.SIGTERM and when - self._stop_time < SAME_STOP_S
 
     def _escalate(self) -> None:
         """Kill the children if they ignore the forwarded signal for GRACE_S."""

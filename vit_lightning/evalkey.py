@@ -1,0 +1,56 @@
+"""The key an evaluation is filed under in a run record's `eval`: what it measured.
+
+`<data>[:<task>:x<glyph scale>]@<N>px/<view>[/p<patch>]`: the data, its question and glyph scale (data that asks
+several questions only), the image side, and how the images met it against the run's own (`native`: as trained;
+`canvas`: the content at its trained scale on a canvas of another side; `zoom`: the content at another scale,
+resized or drawn so), then the patch size when it differs from the run's. Records written before this key
+(`<data>@<N>px[/canvas][/p<patch>]`, no task even for data that asks several) were measured on the run's own task
+and glyph scale, the eval's default, and read as such (without `/canvas`: not a canvas).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+VIEWS = ("native", "canvas", "zoom")
+KEY = re.compile(r"(?P<data>[^@:/]+)(?::(?P<task>[^@:/]+):x(?P<scale>\d+))?@(?P<px>\d+)px"
+                 r"/(?P<view>native|canvas|zoom)(?:/p(?P<patch>\d+))?")
+EARLIER = re.compile(r"(?P<data>[^@:/]+)@(?P<px>\d+)px(?:/(?P<canvas>canvas))?(?:/p(?P<patch>\d+))?")
+
+
+@dataclass(frozen=True)
+class EvalKey:
+    """What an evaluation measured; `earlier`: read from a key of before (its task and scale: the run's own)."""
+
+    data: str
+    img_size: int
+    view: str  # one of VIEWS; an earlier key's non-canvas view is "zoom" (a zoom, or native with another patch)
+    task: str | None = None
+    scale: int | None = None
+    patch: int | None = None
+    earlier: bool = False
+
+    def __str__(self) -> str:
+        asks = f":{self.task}:x{self.scale}" if self.task is not None else ""
+        return f"{self.data}{asks}@{self.img_size}px/{self.view}" + (f"/p{self.patch}" if self.patch else "")
+
+    def of_run(self, config: dict) -> bool:
+        """Measured on the run's own data, task and glyph scale (its config's flat keys)."""
+        if self.data != config.get("data.name"):
+            return False
+        if self.task is None:  # data of one question, or a key of before on the run's own question and scale
+            return True
+        return self.task == config.get("data.task") and self.scale == (config.get("data.glyph_scale") or 1)
+
+
+def parse(key: str) -> EvalKey | None:
+    """The EvalKey a record's key stands for (either form), None for a key of neither."""
+    if match := KEY.fullmatch(key):
+        scale, patch = match["scale"], match["patch"]
+        return EvalKey(match["data"], int(match["px"]), match["view"], match["task"], scale and int(scale),
+                       patch and int(patch))
+    if match := EARLIER.fullmatch(key):
+        return EvalKey(match["data"], int(match["px"]), "canvas" if match["canvas"] else "zoom",
+                       patch=match["patch"] and int(match["patch"]), earlier=True)
+    return None
