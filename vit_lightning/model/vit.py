@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from vit_lightning.bookkeeping import check_choice, number_in, span
-from vit_lightning.model.config import ViTConfig
+from vit_lightning.model.config import ModelConfig
 from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, Option, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
@@ -36,7 +36,7 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
 
 MAX_REG_TOKENS = 1024  # registers: 4 to 16 in their paper; far more only fills memory (attention is quadratic in them)
 
-# The ViT's own options (`--model.<name>`), at the value that means "not used"; ViTConfig checks their choices.
+# The ViT's own options (`--model.<name>`), at the value that means "not used"; ModelConfig checks their choices.
 VIT_OPTIONS = {
     "depth": Option(None, int | None, "vit: number of encoder blocks, overriding the variant's."),
     "heads": Option(None, int | None, "vit: attention heads, overriding the variant's; must divide width."),
@@ -69,7 +69,7 @@ VIT_OPTIONS = {
 }
 
 
-def check_vit(cfg: ViTConfig) -> None:
+def check_vit(cfg: ModelConfig) -> None:
     """The ViT's own checks: its parts by name, the encoding's injections, the variant's sizes, the hybrid stem."""
     check_choice("pooling", cfg.pooling, POOLINGS)
     check_choice("init", cfg.init, INITS)
@@ -115,7 +115,7 @@ def check_vit(cfg: ViTConfig) -> None:
 MAX_ROPE_THETA = 1e9  # RoPE's base: 10 to 1e4 in use; an infinite one stops all but one frequency per axis
 
 
-def check_rope(cfg: ViTConfig) -> None:
+def check_rope(cfg: ModelConfig) -> None:
     """RoPE's options: with a rotary encoding only, a positive theta, a head width it can split."""
     if not ENCODINGS[cfg.pos_encoding].rotary:
         return  # its options set for another encoding: refused by check_vit
@@ -126,7 +126,7 @@ def check_rope(cfg: ViTConfig) -> None:
 
 
 class ViT(BackboneParts, BlockAttention, nn.Module):
-    """A ViT assembled from named parts; see ViTConfig (shared options) and VIT_OPTIONS (its own) for the options.
+    """A ViT assembled from named parts; see ModelConfig (shared options) and VIT_OPTIONS (its own) for the options.
 
     Args:
         variant: size preset (VARIANTS: micro is the CPU demo size, Ti, S, B, L, H the paper's and DeiT's).
@@ -134,7 +134,7 @@ class ViT(BackboneParts, BlockAttention, nn.Module):
 
     def __init__(self, variant: str = "micro", **options):
         super().__init__()
-        self.config = cfg = ViTConfig(variant=variant, **options)
+        self.config = cfg = ModelConfig(variant=variant, **options)
         if cfg.arch != "vit":
             raise ValueError(f"ViT builds arch='vit', got arch={cfg.arch!r}; use build_backbone")
         self.stem = STEMS[cfg.stem](cfg)
@@ -208,6 +208,8 @@ VIT = register(Family(
     name="vit", cls=ViT, variants=VARIANTS, encodings=tuple(ENCODINGS),
     defaults={"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 16, "init": "paper"},
     options=VIT_OPTIONS,
+    reads=frozenset({"patch_size", "width", "pos_encoding", "pooling", "head", "dropout", "attn_dropout", "drop_path",
+                     "init", "layer_scale", "qk_norm"}),  # every shared option
     architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
                   "pos_embed_class", *ENCODING_OPTIONS),
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits

@@ -17,7 +17,7 @@ import torch
 
 from vit_lightning.bookkeeping import LAST_CKPT, one_line
 from vit_lightning.model.build import build_backbone, timm_twin
-from vit_lightning.model.config import ViTConfig, option_names
+from vit_lightning.model.config import ModelConfig, option_names
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, RESIZE, architecture_keys
 from vit_lightning.model.position import resize_note
 from vit_lightning.run.rundir import RunDirError, checkpoint_record, data_options, read_checkpoint
@@ -34,9 +34,9 @@ class SourceError(ValueError):
 
 @dataclass
 class Source:
-    """A trained backbone: its ViTConfig options, its state dict and the record's account of where it came from."""
+    """A trained backbone: its ModelConfig options, its state dict and the record's account of where it came from."""
 
-    options: dict  # ViTConfig fields of the source (architecture and the data it saw)
+    options: dict  # ModelConfig fields of the source (architecture and the data it saw)
     state: dict[str, torch.Tensor]  # backbone parameter names -> tensors
     account: dict  # {"source", "trial" | "file", "sha256", "config"} for the run record
     data: dict | None = None  # the data module options the source trained with (None: not known)
@@ -231,7 +231,7 @@ def check_data(source: Source, in_chans: int) -> None:
 def conflicts(source: dict, given: dict) -> list[str]:
     """'key=given (source: value)' for each architecture option given that differs from the source's."""
     keys = architecture_keys(source.get("arch", DEFAULT_ARCH))
-    default = ViTConfig(**{k: v for k, v in source.items() if k in keys or k in DATA_KEYS})
+    default = ModelConfig(**{k: v for k, v in source.items() if k in keys or k in DATA_KEYS})
     out = []
     for key in keys:
         if key in RESIZED and getattr(default, "stem", "patch") == "patch":  # a family without a stem option cuts patches

@@ -126,7 +126,7 @@ def check_parameters(params: dict, known: set[str] | None) -> None:
     check_space(space)
 
 
-POSITION = ("model.pos_encoding", "model.pos_injection")  # a pair the model allows or not (ViTConfig's rules)
+POSITION = ("model.pos_encoding", "model.pos_injection")  # a pair the model allows or not (ModelConfig's rules)
 
 
 def check_space(space: dict[str, list]) -> None:
@@ -248,11 +248,11 @@ def _model_error(options: str) -> str | None:
     """Build the module on the meta device (every check of the model runs, no memory is used); its error or None."""
     import torch
 
-    from vit_lightning.run.module import ViTClassifier
+    from vit_lightning.run.module import Classifier
 
     try:
         with torch.device("meta"):
-            ViTClassifier(**json.loads(options))
+            Classifier(**json.loads(options))
     except ValueError as err:
         return " ".join(str(err).split())
     return None
