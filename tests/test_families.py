@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import conv_family
 import pytest
 import torch
 from torch import nn
 
 import vit_lightning
-from vit_lightning.model import FAMILIES, Backbone, ModelConfig, build_backbone, family
-from vit_lightning.model.family import ATTENTION_MAPS, CAPABILITIES, PRE_LOGITS, RESIZE, TOKEN_GRID, Unsupported
-from vit_lightning.sweep import validate
-
-HERE = Path(__file__).resolve().parent  # conv_family's folder: on a subprocess's PYTHONPATH with the distribution
-
-
-@pytest.fixture
-def conv(tmp_path, monkeypatch):
-    """The convolutional test family, registered as one outside the tree is: its distribution (entry point included)
-    on sys.path and on the PYTHONPATH of the processes the test starts, found by importlib.metadata; dropped after."""
-    site = conv_family.install(tmp_path / "site")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(HERE), os.environ.get("PYTHONPATH", "")]))
-    assert family.discover() == [conv_family.NAME]  # what the registry's first read does in a fresh process
-    validate.fit_parser.cache_clear()  # it lists every family's options
-    yield FAMILIES[conv_family.NAME]
-    family.unregister(conv_family.NAME)
-    validate.fit_parser.cache_clear()
+from vit_lightning.model import FAMILIES, Backbone, ModelConfig, build_backbone
+from vit_lightning.model.family import (
+    ATTENTION_MAPS,
+    CAPABILITIES,
+    PRE_LOGITS,
+    RESIZE,
+    TOKEN_GRID,
+    Unsupported,
+)
 
 
 def _build(arch: str, head: str = "linear") -> nn.Module:

@@ -139,7 +139,7 @@ class Registry(Mapping):
         if not self.loaded:
             self.loaded = True  # before loading: a family's module may read the registry as it registers
             try:
-                discover()
+                discover(registry=self)
             except ValueError:
                 self.loaded = False  # a bad entry point stays an error on every read until it is fixed
                 raise
@@ -170,21 +170,23 @@ def unregister(name: str) -> None:
     FAMILIES.points.pop(name, None)
 
 
-def discover(group: str = ENTRY_POINTS) -> list[str]:
-    """Register the Family each entry point of `group` names, unless registered; the names added.
+def discover(group: str = ENTRY_POINTS, registry: Registry | None = None) -> list[str]:
+    """Register the Family each entry point of `group` names (in `registry`, default FAMILIES), unless registered;
+    the names added.
 
-    A bad entry point (its module fails to import, it names no Family, or a Family of another name) is a ValueError
-    of one line naming it.
+    A bad entry point (its module fails to import, it names no Family or a Family of another name, or one of a
+    name registered already) is a ValueError of one line naming it.
     """
+    registry = FAMILIES if registry is None else registry
     added = []
     for point in metadata.entry_points(group=group):
         where = f"entry point {point.name} = {point.value} (group {group}"
         where += f", distribution {point.dist.name})" if point.dist is not None else ")"
-        if point.name in FAMILIES.entries:
-            if FAMILIES.points.get(point.name) == point.value:
+        if point.name in registry.entries:
+            if registry.points.get(point.name) == point.value:
                 continue  # loaded before
             raise ValueError(f"{where}: arch={point.name} is registered already, by "
-                             f"{FAMILIES.points.get(point.name, FAMILIES.entries[point.name].cls.__module__)}")
+                             f"{registry.points.get(point.name, registry.entries[point.name].cls.__module__)}")
         try:
             family = point.load()
         except Exception as err:  # noqa: BLE001  (whatever its import raises is the plugin's error, said in one line)
@@ -193,8 +195,8 @@ def discover(group: str = ENTRY_POINTS) -> list[str]:
             raise ValueError(f"{where} names a {type(family).__name__}, not a vit_lightning.model.family.Family")
         if family.name != point.name:
             raise ValueError(f"{where} names the family arch={family.name}; an entry point's name is its family's arch")
-        added.append(register(family).name)
-        FAMILIES.points[family.name] = point.value
+        registry.entries[family.name], registry.points[family.name] = family, point.value
+        added.append(family.name)
     return added
 
 
