@@ -143,7 +143,7 @@ CONV_FIT = ["--model.arch=conv", "--model.kernel_size=5", "--data.batch_size=16"
 
 
 @pytest.mark.slow  # trains
-def test_a_convolutional_family_is_fitted_evaluated_shuffled_drawn_and_swept(conv, tmp_path, capsys, monkeypatch):
+def test_a_convolutional_family_is_fitted_evaluated_shuffled_drawn_and_swept(conv, tmp_path, capfd, monkeypatch):
     """fit, eval, the shuffle metric, viz (what applies, a line for the rest), a transfer refused in one line,
     and a sweep (a dry run, then its one trial in its own process) for a family with no attention."""
     import json
@@ -170,7 +170,7 @@ def test_a_convolutional_family_is_fitted_evaluated_shuffled_drawn_and_swept(con
     assert 0 <= evaluated["val/acc"] <= 1 and "val/acc_shuffled" in evaluated
     # viz: a line for each figure that does not apply (its stem has no patch-embedding filters of pixels, it has no
     # attention maps)
-    capsys.readouterr()
+    capfd.readouterr()
     assert viz_cli.main([str(run), "--images", "2", "--out", str(tmp_path / "viz"), "--wandb", "off"]) == 0
     drawn = {p.name for p in (tmp_path / "viz").iterdir()}
     assert {"patch_pca.txt", "attention.txt"} <= drawn and not {"rollout.png", "patch_pca.png"} & drawn
@@ -178,9 +178,9 @@ def test_a_convolutional_family_is_fitted_evaluated_shuffled_drawn_and_swept(con
                                                                     "the attention distance and rollout figures")
     assert (tmp_path / "viz/patch_pca.txt").read_text().strip() == "arch=conv: no patch-embedding filters of pixels to draw"
     # a transfer from it: refused in one line before anything is written
-    capsys.readouterr()
+    capfd.readouterr()
     assert train.main([*CONV_FIT, "--run.root=ft", f"--model.init_from={run}"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "arch=conv does not offer resizing to a new grid" in err[0], err
     assert not (tmp_path / "ft").exists()
     # a sweep: its trial runs as `vit-ablate fit` in its own process, which finds the family by its entry point
@@ -192,7 +192,7 @@ def test_a_convolutional_family_is_fitted_evaluated_shuffled_drawn_and_swept(con
              "command": ["${env}", "vit-ablate", "fit", "${args}"], "parameters": params}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
     assert sweep_cli.main(["s.yaml", "--dry-run"]) == 0
-    (line,) = [x for x in capsys.readouterr().out.splitlines() if "--model.arch=conv" in x]
+    (line,) = [x for x in capfd.readouterr().out.splitlines() if "--model.arch=conv" in x]
     assert "vit-ablate fit" in line and "--model.kernel_size=3" in line
     assert sweep_cli.main(["s.yaml", "--backend", "local"]) == 0
     (swept,) = [json.loads(p.read_text()) for p in (tmp_path / "runs/conv/p").glob("*/results.json")]
