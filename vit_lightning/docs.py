@@ -22,7 +22,7 @@ from pathlib import Path
 from vit_lightning import ablation, floors
 from vit_lightning.compat.lightning import cli_options
 from vit_lightning.data.datamodule import SOURCES
-from vit_lightning.model import ENCODINGS, FAMILIES, HEADS, INJECTIONS, POOLINGS, STEMS
+from vit_lightning.model import ENCODINGS, FAMILIES, HEADS, INJECTION_OPTION, INJECTIONS, POOLINGS, STEM_OPTION, STEMS
 from vit_lightning.model.family import RESIZE
 from vit_lightning.model.position import NoEncoding, resize_note
 from vit_lightning.run.module import Classifier
@@ -184,13 +184,13 @@ def encodings_page() -> str:
         parts = [ENCODINGS[p] for p in name.split("+") if p in ENCODINGS]
         own = ENCODINGS.get(name)
         kind = " + ".join(dict.fromkeys(_kind(p) for p in parts))
-        injections = own.injections if own else ("stem",)
+        injections = own.injections if own else INJECTIONS[:1]  # a combined encoding enters at the stem only
         families = [f.name for f in FAMILIES.values() if name in f.encodings]
         options = own.reads if own else tuple(dict.fromkeys(o for p in parts for o in p.reads))
         rows.append([f"`{name}`", kind, _names(injections), _names(families), _names(f"model.{o}" for o in options),
                      max(p.min_depth for p in parts), resize_note(name, "bicubic")])
     lines = ["# Position encodings", "", GENERATED, "",
-             "`model.pos_encoding` chooses one, `model.pos_injection` where it enters (" + _names(INJECTIONS) + "). "
+             f"`model.pos_encoding` chooses one, `model.{INJECTION_OPTION}` where it enters (" + _names(INJECTIONS) + "). "
              "*At a new resolution*: what resampling to a new grid does (`model.init_from`, `vit-ablate eval "
              "--data.img_size`), with `model.pos_resample` at its default.", ""]
     lines += _table(["encoding", "kind", "injections", "families", "own options", "fewest blocks",
@@ -220,7 +220,7 @@ def families_page() -> str:
         lines += [f"## `{f.name}`", "", _escape(_doc(f.cls).split("\n\n")[0]), "",
                   f"Variants, as the family's preset table holds them: {_sizes(f.variants)}.", ""]
     for title, registry in (("Poolings (`model.pooling`)", POOLINGS), ("Heads (`model.head`)", HEADS),
-                            ("Stems (`model.stem`)", STEMS), ("Datasets (`data.name`)", SOURCES)):
+                            (f"Stems (`model.{STEM_OPTION}`)", STEMS), ("Datasets (`data.name`)", SOURCES)):
         lines += [f"## {title}", ""] + _table(["name", "what it is"], [
             [f"`{n}`", _doc(part).split("\n\n")[0]] for n, part in registry.items()]) + [""]
     return "\n".join(lines)

@@ -61,7 +61,7 @@ def timed(owner, name: str, key, group: str | None = None) -> None:
 MODE = {True: " (train)", False: " (eval)"}
 # the default family's default position encoding (model.pos_encoding left unset)
 ARGV = ["--data.batch_size=32", "--data.name=mnist5k", "--data.random_crop=False", "--model.lr=0.002",
-        "--model.patch_size=7", "--model.pos_injection=stem", "--model.variant=micro",
+        "--model.patch_size=7", "--model.variant=micro",
         "--model.warmup_epochs=1", "--run.ablation=split", "--run.profile=demo", "--seed_everything=0",
         "--trainer.accelerator=cpu", "--trainer.devices=1", "--run.wandb=off"]
 

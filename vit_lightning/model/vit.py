@@ -34,6 +34,20 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
     "H": (32, 1280, 5120, 16),
 }
 
+# The ViT's options that code outside model/ asks about by their role, named here only: where an encoding enters
+# (INJECTIONS; each encoding allows some) and the stem (STEMS; only `patch` cuts pixel patches)
+INJECTION_OPTION = "pos_injection"
+STEM_OPTION = "stem"
+PIXEL_STEM = "patch"
+
+
+def pixel_patches(options) -> bool:
+    """Options (a dict, or a ModelConfig) of a model whose stem cuts pixel patches, a kernel that resizes with the
+    patch size: any family without a stem option, the ViT with the patch stem (not the hybrid's ResNet features)."""
+    get = options.get if isinstance(options, dict) else lambda name, default: getattr(options, name, default)
+    return get(STEM_OPTION, PIXEL_STEM) == PIXEL_STEM
+
+
 MAX_REG_TOKENS = 1024  # registers: 4 to 16 in their paper; far more only fills memory (attention is quadratic in them)
 
 # The ViT's own options (`--model.<name>`), at the value that means "not used"; ModelConfig checks their choices.

@@ -20,6 +20,7 @@ from vit_lightning.model.build import build_backbone, timm_twin
 from vit_lightning.model.config import ModelConfig, option_names
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, RESIZE, architecture_keys
 from vit_lightning.model.position import resize_note
+from vit_lightning.model.vit import pixel_patches
 from vit_lightning.run.rundir import RunDirError, checkpoint_record, data_options, read_checkpoint
 
 RESIZED = ("patch_size",)  # architecture options a patch-stem source may change: its kernel is PI-resized (FlexiViT)
@@ -234,7 +235,7 @@ def conflicts(source: dict, given: dict) -> list[str]:
     default = ModelConfig(**{k: v for k, v in source.items() if k in keys or k in DATA_KEYS})
     out = []
     for key in keys:
-        if key in RESIZED and getattr(default, "stem", "patch") == "patch":  # a family without a stem option cuts patches
+        if key in RESIZED and pixel_patches(default):
             continue
         if key in given and key in source and _norm(given[key]) != _norm(getattr(default, key)):
             out.append(f"model.{key}={given[key]!r} (the source has {_norm(getattr(default, key))!r})")
@@ -264,7 +265,7 @@ def account(source: Source, patch_size: int | None, img_size=None, mode: str = "
     """The record's account of the source, with what was done to its patch kernel when the patch size changed and
     to its position encoding when the patch grid changed (a new image size or patch size)."""
     out, old = dict(source.account), source.options.get("patch_size")
-    patched = source.options.get("stem", "patch") == "patch" and None not in (patch_size, old) and patch_size != old
+    patched = pixel_patches(source.options) and None not in (patch_size, old) and patch_size != old
     if patched:
         out["patch_resize"] = {"from": old, "to": patch_size, "kernel": "pi_resize (FlexiViT)"}
     was = source.options.get("img_size")
