@@ -158,3 +158,15 @@ def test_a_command_with_a_bad_entry_point_installed_says_so_in_one_line(tmp_path
         f"vit-ablate: error: entry point broken = no_such_module:CONV (group {ENTRY_POINTS}, distribution "
         "broken_family) does not load: ModuleNotFoundError: No module named 'no_such_module'"], done.stderr
     assert json.dumps(sorted(p.name for p in tmp_path.iterdir())) == '["site"]'  # nothing written
+
+
+@pytest.mark.parametrize(("old", "new"), [("vit_lightning.model.config.ViTConfig", "vit_lightning.model.ModelConfig"),
+                                          ("vit_lightning.run.module.ViTClassifier", "vit_lightning.run.module.Classifier"),
+                                          ("vit_lightning.data.datamodule.ViTDataModule",
+                                           "vit_lightning.data.datamodule.ImageDataModule")])
+def test_the_earlier_names_are_the_same_classes_by_their_class_paths(old, new):
+    """A class path saved in a config or written in a script (`class_path: ...ViTClassifier`) still resolves."""
+    from jsonargparse.typing import import_object
+
+    assert import_object(old) is import_object(new)
+    assert import_object(new).__name__ == new.rsplit(".", 1)[1]

@@ -17,12 +17,14 @@ import re
 import sys
 import types
 import typing
+from dataclasses import fields
 from pathlib import Path
 
 from vit_lightning import ablation, floors
 from vit_lightning.compat.lightning import cli_options
 from vit_lightning.data.datamodule import SOURCES
 from vit_lightning.model import ENCODINGS, FAMILIES, HEADS, INJECTION_OPTION, INJECTIONS, POOLINGS, STEM_OPTION, STEMS
+from vit_lightning.model.config import CONTRACT_OPTIONS, SharedOptions
 from vit_lightning.model.family import RESIZE
 from vit_lightning.model.position import NoEncoding, resize_note
 from vit_lightning.run.module import Classifier
@@ -83,6 +85,9 @@ def applies_to(key: str) -> str:
     if not key.startswith("model."):
         return ""
     families = [f.name for f in FAMILIES.values() if name in f.options]
+    if name in {o.name for o in fields(SharedOptions)} - set(CONTRACT_OPTIONS):  # a shared option: its readers
+        families = [f.name for f in FAMILIES.values() if name in f.reads]
+        families = [] if len(families) == len(FAMILIES) else families
     encodings = [e for e, kind in ENCODINGS.items() if name in kind.reads]
     return "; ".join(part for part in (_names(families), _names(encodings)) if part)
 
@@ -211,11 +216,14 @@ def families_page() -> str:
     rows = []
     for f in FAMILIES.values():
         defaults = ", ".join(f"{k}={v}" for k, v in f.defaults.items())
+        reads = [o.name for o in fields(SharedOptions) if o.name in f.reads]
         rows.append([f"`{f.name}`", f"`{f.cls.__name__}`", _names(f.variants), _names(f.encodings), defaults,
-                     _names(f"model.{o}" for o in f.options), f.demo_patch, "yes" if RESIZE in f.offers else "no",
-                     "yes" if f.timm_loader else "no"])
-    lines += _table(["arch", "class", "variants", "encodings", "defaults", "own options", "demo patch",
-                     "starts a run (init_from)", "timm weights"], rows) + [""]
+                     _names(f"model.{o}" for o in reads), _names(f"model.{o}" for o in f.options), f.demo_patch,
+                     "yes" if RESIZE in f.offers else "no", "yes" if f.timm_loader else "no"])
+    lines += _table(["arch", "class", "variants", "encodings", "defaults", "shared options it reads", "own options",
+                     "demo patch", "starts a run (init_from)", "timm weights"], rows)
+    lines += ["", f"Every family reads {_names(f'model.{o}' for o in CONTRACT_OPTIONS)}; a shared option it does not "
+              "read, set away from its default, is refused in one line.", ""]
     for f in FAMILIES.values():
         lines += [f"## `{f.name}`", "", _escape(_doc(f.cls).split("\n\n")[0]), "",
                   f"Variants, as the family's preset table holds them: {_sizes(f.variants)}.", ""]
