@@ -143,7 +143,8 @@ def test_family_and_encoding_scopes_are_enforced():
     changed = {"depth": 2, "heads": 2, "mlp_dim": 32, "stem": "hybrid", "pos_injection": "every_layer",
                "hybrid_layers": (1,), "hybrid_width": 32, "reg_tokens": 1, "pos_embed_class": False,
                "relative_scale": "sqrt_d", "rope_theta": 50.0, "rope_coords": "normalized", "window_size": 4,
-               "shift": False, "peg_padding": "circular"}
+               "shift": False, "peg_padding": "circular",
+               "pooling": "cls"}  # a shared option some families do not read (Family.reads)
     scoped = {k: v["applies to"] for k, v in option_rows().items() if v["applies to"]}
     assert {k.removeprefix("model.") for k in scoped} == set(changed)
     for key, scope in scoped.items():
