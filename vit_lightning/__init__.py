@@ -16,3 +16,7 @@ def __getattr__(name: str):
     if name not in classes:
         raise AttributeError(f"module 'vit_lightning' has no attribute {name!r}")
     return classes[name]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *(family.cls.__name__ for family in FAMILIES.values())})
