@@ -19,7 +19,8 @@ CONTRACT_OPTIONS = ("arch", "variant", "img_size", "in_chans", "num_classes")
 
 @dataclass
 class SharedOptions:
-    """The options every backbone family takes; `width` defaults to the variant's.
+    """The options shared by the backbone families: each reads CONTRACT_OPTIONS and those it declares (Family.reads);
+    `width` defaults to the variant's.
 
     `arch` chooses the backbone family (family.FAMILIES). A family's own options (family.Family.options: the ViT's
     stem, injection, sizes, registers and encoding options; the Swin's window) are declared by the family;
