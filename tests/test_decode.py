@@ -14,7 +14,7 @@ from PIL import Image
 from tiny import TINY_MODEL
 from torchvision.transforms import v2
 
-from vit_lightning.data.datamodule import IMAGENET_STATS, ViTDataModule
+from vit_lightning.data.datamodule import IMAGENET_STATS, ImageDataModule
 from vit_lightning.data.decode import Encoded, decode_place, nvjpeg_works
 
 SIZE = 32  # the model's side; the centre path resizes the shorter side to round(32 / 0.875) = 37 first
@@ -39,16 +39,16 @@ def write_folder(root: Path, shape=(37, 48), count: int = 6, png: int | None = N
     return root
 
 
-def module(root: Path, decode_on: str, **options) -> ViTDataModule:
+def module(root: Path, decode_on: str, **options) -> ImageDataModule:
     """An imagefolder module set up for fit, then given a CPU trainer that trains (as on_after_batch_transfer sees)."""
-    dm = ViTDataModule("imagefolder", root=str(root), img_size=SIZE, batch_size=6, decode_on=decode_on, **options)
+    dm = ImageDataModule("imagefolder", root=str(root), img_size=SIZE, batch_size=6, decode_on=decode_on, **options)
     dm.setup("fit")
     dm.trainer = SimpleNamespace(training=True, world_size=1, global_rank=0,  # what the module reads of a trainer
                                  strategy=SimpleNamespace(root_device=torch.device("cpu")))
     return dm
 
 
-def device_batch(dm: ViTDataModule) -> tuple[torch.Tensor, torch.Tensor]:
+def device_batch(dm: ImageDataModule) -> tuple[torch.Tensor, torch.Tensor]:
     """The first training batch as the device path gives it to the model (here the CPU is the device)."""
     encoded, y = next(iter(dm.train_dataloader()))
     assert isinstance(encoded, Encoded) and all(img.dtype == torch.uint8 for img in encoded.images)
@@ -158,11 +158,11 @@ def test_auto_decodes_on_the_device_only_on_a_gpu_whose_nvjpeg_works(tmp_path):
 
 def test_bad_decode_on_is_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"^unknown data.decode_on 'gpu'; valid: auto, cpu, device$"):
-        ViTDataModule(decode_on="gpu")
+        ImageDataModule(decode_on="gpu")
     with pytest.raises(ValueError) as err:
-        ViTDataModule("synthetic", decode_on="device")
+        ImageDataModule("synthetic", decode_on="device")
     assert "\n" not in str(err.value) and str(err.value).startswith("data.decode_on=device: only imagefolder decodes")
-    ViTDataModule("synthetic", decode_on="cpu")  # cpu and auto are fine for any dataset
+    ImageDataModule("synthetic", decode_on="cpu")  # cpu and auto are fine for any dataset
 
 
 @pytest.mark.slow

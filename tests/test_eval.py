@@ -118,10 +118,10 @@ def test_into_record_without_a_record_is_one_line_before_the_eval_is_written(sou
 
 def test_a_swin_run_is_evaluated_as_trained(tmp_path, capsys):
     from vit_lightning.analysis.trained import build_data
-    from vit_lightning.run.module import ViTClassifier
+    from vit_lightning.run.module import Classifier
 
     torch.manual_seed(0)
-    swin = ViTClassifier(arch="swin", variant="micro", patch_size=2, img_size=28, in_chans=1, num_classes=10).eval()
+    swin = Classifier(arch="swin", variant="micro", patch_size=2, img_size=28, in_chans=1, num_classes=10).eval()
     torch.save({"state_dict": swin.state_dict(), "hyper_parameters": dict(swin.hparams)}, tmp_path / "swin.ckpt")
     out = tmp_path / "e.json"
     assert cli.main(["eval", str(tmp_path / "swin.ckpt"), "--data.name=mnist5k", "--shots", "--out", str(out)]) == 0

@@ -1,24 +1,23 @@
-"""Every backbone family meets one contract; a third family (a convolutional one) enters by one registry entry."""
+"""Every backbone family meets one contract; a third family (a convolutional one) enters through an entry point."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import conv_family
 import pytest
 import torch
 from torch import nn
 
 import vit_lightning
-from vit_lightning.model import FAMILIES, Backbone, ViTConfig, build_backbone
-from vit_lightning.model.family import ATTENTION_MAPS, CAPABILITIES, PRE_LOGITS, RESIZE, TOKEN_GRID, Unsupported
-
-
-@pytest.fixture
-def conv():
-    """The convolutional test family registered for one test, removed after it."""
-    yield conv_family.add()
-    conv_family.remove()
+from vit_lightning.model import FAMILIES, Backbone, ModelConfig, build_backbone
+from vit_lightning.model.family import (
+    ATTENTION_MAPS,
+    CAPABILITIES,
+    PRE_LOGITS,
+    RESIZE,
+    TOKEN_GRID,
+    Unsupported,
+)
 
 
 def _build(arch: str, head: str = "linear") -> nn.Module:
@@ -99,10 +98,10 @@ def test_a_family_declares_and_checks_its_own_options(conv):
     assert build_backbone(arch="conv", kernel_size=5, img_size=28, in_chans=1, num_classes=3).blocks[0].depthwise \
         .kernel_size == (5, 5)
     with pytest.raises(ValueError, match="^kernel_size must be an odd number of pixels, got 4$"):
-        ViTConfig(arch="conv", kernel_size=4)
+        ModelConfig(arch="conv", kernel_size=4)
     with pytest.raises(ValueError, match="^model.kernel_size=5 applies to arch=conv only, not arch=vit$"):
-        ViTConfig(kernel_size=5)
-    assert ViTConfig(kernel_size=3).to_dict().get("kernel_size") is None  # its default: not another family's option
+        ModelConfig(kernel_size=5)
+    assert ModelConfig(kernel_size=3).to_dict().get("kernel_size") is None  # its default: not another family's option
     defaults = fit_parser().get_defaults()
     assert defaults["model.kernel_size"] == 3 and defaults["model.window_size"] == 7  # the Swin's, declared by it
 
@@ -120,7 +119,7 @@ def test_an_option_another_family_reads_is_refused_by_one_rule(conv):
                                                     (2, 2) if isinstance(unused, tuple) else unused + 32)
                 with pytest.raises(ValueError, match=f"model.{name}=.* applies to arch={other.name} only, "
                                                      f"not arch={arch}"):
-                    ViTConfig(arch=arch, **{name: changed})
+                    ModelConfig(arch=arch, **{name: changed})
 
 
 def test_no_package_file_outside_model_names_a_family():
@@ -144,7 +143,7 @@ CONV_FIT = ["--model.arch=conv", "--model.kernel_size=5", "--data.batch_size=16"
 
 
 @pytest.mark.slow  # trains
-def test_a_convolutional_family_is_fitted_evaluated_shuffled_drawn_and_swept(conv, tmp_path, capsys, monkeypatch):
+def test_a_convolutional_family_is_fitted_evaluated_shuffled_drawn_and_swept(conv, tmp_path, capfd, monkeypatch):
     """fit, eval, the shuffle metric, viz (what applies, a line for the rest), a transfer refused in one line,
     and a sweep (a dry run, then its one trial in its own process) for a family with no attention."""
     import json
@@ -169,30 +168,32 @@ def test_a_convolutional_family_is_fitted_evaluated_shuffled_drawn_and_swept(con
     assert evaluate.main([str(run), "--shots", "1", "--shuffle-perms", "2", "--out", str(tmp_path / "eval.json")]) == 0
     evaluated = json.loads((tmp_path / "eval.json").read_text())["metrics"]
     assert 0 <= evaluated["val/acc"] <= 1 and "val/acc_shuffled" in evaluated
-    # viz: the patch-embedding filters; the attention figures are a line saying the family has no attention maps
-    capsys.readouterr()
+    # viz: a line for each figure that does not apply (its stem has no patch-embedding filters of pixels, it has no
+    # attention maps)
+    capfd.readouterr()
     assert viz_cli.main([str(run), "--images", "2", "--out", str(tmp_path / "viz"), "--wandb", "off"]) == 0
     drawn = {p.name for p in (tmp_path / "viz").iterdir()}
-    assert {"patch_pca.png", "patch_pca.csv", "attention.txt"} <= drawn and "rollout.png" not in drawn
+    assert {"patch_pca.txt", "attention.txt"} <= drawn and not {"rollout.png", "patch_pca.png"} & drawn
     assert (tmp_path / "viz/attention.txt").read_text().strip() == ("arch=conv does not offer attention maps, needed by "
                                                                     "the attention distance and rollout figures")
+    assert (tmp_path / "viz/patch_pca.txt").read_text().strip() == "arch=conv: no patch-embedding filters of pixels to draw"
     # a transfer from it: refused in one line before anything is written
-    capsys.readouterr()
+    capfd.readouterr()
     assert train.main([*CONV_FIT, "--run.root=ft", f"--model.init_from={run}"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "arch=conv does not offer resizing to a new grid" in err[0], err
     assert not (tmp_path / "ft").exists()
-    # a sweep: its trial runs in its own process, where the family registers itself (the program)
+    # a sweep: its trial runs as `vit-ablate fit` in its own process, which finds the family by its entry point
     params = {a[2:].split("=", 1)[0]: {"value": yaml.safe_load(a.split("=", 1)[1])} for a in CONV_FIT}
     params.update({"run.root": {"value": "runs"}, "run.ablation": {"value": "conv"}, "run.profile": {"value": "p"},
                    "run.wandb": {"value": "off"},  # (YAML would read a bare off as false)
                    "model.kernel_size": {"values": [3]}, "seed_everything": {"values": [0]}})
-    sweep = {"method": "grid", "metric": {"name": "val/acc_best", "goal": "maximize"}, "program": conv_family.__file__,
-             "command": ["${env}", "${interpreter}", "${program}", "fit", "${args}"], "parameters": params}
+    sweep = {"method": "grid", "metric": {"name": "val/acc_best", "goal": "maximize"}, "program": "vit-ablate",
+             "command": ["${env}", "vit-ablate", "fit", "${args}"], "parameters": params}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
     assert sweep_cli.main(["s.yaml", "--dry-run"]) == 0
-    (line,) = [x for x in capsys.readouterr().out.splitlines() if "--model.arch=conv" in x]
-    assert conv_family.__file__ in line and "--model.kernel_size=3" in line
+    (line,) = [x for x in capfd.readouterr().out.splitlines() if "--model.arch=conv" in x]
+    assert "vit-ablate fit" in line and "--model.kernel_size=3" in line
     assert sweep_cli.main(["s.yaml", "--backend", "local"]) == 0
     (swept,) = [json.loads(p.read_text()) for p in (tmp_path / "runs/conv/p").glob("*/results.json")]
     assert swept["status"] == "completed" and swept["config"]["model.kernel_size"] == 3

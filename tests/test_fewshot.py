@@ -16,7 +16,7 @@ from vit_lightning import ablation as ablations
 from vit_lightning import cli, train
 from vit_lightning.ablation import Ablation, Profile
 from vit_lightning.analysis import fewshot
-from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.datamodule import ImageDataModule
 from vit_lightning.model import ViT
 from vit_lightning.results import cli as table_cli
 
@@ -124,7 +124,7 @@ def test_evaluate_streams_frozen_features_and_restores_mode_and_rng():
     model = ViT("micro", img_size=28, in_chans=1, num_classes=10, patch_size=7, width=32, depth=1, heads=2,
                 mlp_dim=64, dropout=0.5)
     model.train()
-    data = ViTDataModule("mnist5k", batch_size=256)
+    data = ImageDataModule("mnist5k", batch_size=256)
     data.setup()
     before = global_rng_states()
     scores = fewshot.evaluate(model, data, shots=(1, 5), draws=2)
@@ -146,7 +146,7 @@ def test_mlp_head_runs_are_probed_at_pre_logits():
     torch.manual_seed(0)
     model = ViT("micro", img_size=28, in_chans=1, num_classes=10, patch_size=7, width=32, depth=1, heads=2,
                 mlp_dim=64, head="mlp_tanh").eval()
-    data = ViTDataModule("mnist5k", batch_size=256)
+    data = ImageDataModule("mnist5k", batch_size=256)
     data.setup()
     x = data.val_collate([data.val_set[i] for i in range(8)])[0]
     hidden = model.head[0]

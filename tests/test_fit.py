@@ -84,13 +84,13 @@ def test_every_backbone_option_is_a_model_option_with_its_default():
     import inspect
 
     from vit_lightning.defaults import DEMO
-    from vit_lightning.model import ViTConfig
+    from vit_lightning.model import ModelConfig
     from vit_lightning.model.family import family_options
-    from vit_lightning.run.module import ViTClassifier
+    from vit_lightning.run.module import Classifier
     from vit_lightning.sweep.validate import fit_parser
 
     defaults = fit_parser().get_defaults()
-    fields = {f.name: f.default for f in dataclasses.fields(ViTConfig)}
+    fields = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
     fields.update({name: option.default for name, option in family_options().items()})  # each family's own
     for name, default in fields.items():
         key = f"model.{name}"
@@ -98,7 +98,7 @@ def test_every_backbone_option_is_a_model_option_with_its_default():
             assert key not in defaults
         else:
             assert defaults[key] == DEMO.get(key, default), key  # the demo's value where it sets one
-    own = [p for p in inspect.signature(ViTClassifier).parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    own = [p for p in inspect.signature(Classifier).parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
     model_keys = {k[len("model."):] for k in defaults.keys() if k.startswith("model.")}
     assert model_keys == (set(fields) - set(train.LINKED)) | {p.name for p in own}  # nothing else under model.*
     assert all(defaults[f"model.{p.name}"] == DEMO.get(f"model.{p.name}", p.default) for p in own)

@@ -18,13 +18,13 @@ pytestmark = pytest.mark.slow  # every test here trains or starts processes that
 SIGNAL_AT_EPOCH_1 = r"""
 import os, sys
 from vit_lightning import train
-from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.module import Classifier
 
 def on_train_epoch_start(self):
     if self.current_epoch == 1 and self.global_rank == int(os.environ.get("SIGNAL_RANK", "0")):
         os.kill(os.getpid(), int(os.environ["SEND_SIGNAL"]))
 
-ViTClassifier.on_train_epoch_start = on_train_epoch_start
+Classifier.on_train_epoch_start = on_train_epoch_start
 sys.exit(train.main(sys.argv[1:]))
 """
 

@@ -14,7 +14,7 @@ from tiny import TINY_MODEL
 
 from vit_lightning import train
 from vit_lightning.run import loggers
-from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.module import Classifier
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
 
@@ -44,7 +44,7 @@ def test_resumed_run_matches_uninterrupted_and_same_seed_repeats(tmp_path, monke
     crashing = [*TWO_EPOCHS, f"--run.root={tmp_path / 'b'}"]
     began = datetime.now(timezone.utc).replace(microsecond=0)
     with monkeypatch.context() as patch:
-        patch.setattr(ViTClassifier, "on_train_epoch_start", crash_at_epoch_1, raising=False)
+        patch.setattr(Classifier, "on_train_epoch_start", crash_at_epoch_1, raising=False)
         with pytest.raises(RuntimeError, match="simulated crash"):
             train.main(crashing)
     path, b = only_record(tmp_path / "b")
@@ -86,7 +86,7 @@ def test_checkpoint_loads_with_weights_only(tmp_path, monkeypatch, only_record):
     ckpt = torch.load(path.parent / "last.ckpt", weights_only=True, map_location="cpu")
     hp = ckpt["hyper_parameters"]
     assert hp["pos_encoding"] == "learned_2d" and hp["hybrid_layers"] == [2, 2] and hp["num_classes"] == 10
-    model = ViTClassifier(**hp)
+    model = Classifier(**hp)
     model.load_state_dict(ckpt["state_dict"])
     assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
 
@@ -130,7 +130,7 @@ def test_wandb_resumed_fit_logs_to_the_same_run(tmp_path, monkeypatch, only_reco
     wandb_offline_env(tmp_path, monkeypatch)
     argv = [*TWO_EPOCHS, "--run.wandb=offline", "--run.wandb_project=p"]
     with monkeypatch.context() as patch:
-        patch.setattr(ViTClassifier, "on_train_epoch_start", crash_at_epoch_1, raising=False)
+        patch.setattr(Classifier, "on_train_epoch_start", crash_at_epoch_1, raising=False)
         with pytest.raises(RuntimeError, match="simulated crash"):
             train.main(argv)
     path, first = only_record(tmp_path / "runs")
@@ -164,9 +164,9 @@ def test_ddp_two_cpu_processes_write_one_record(tmp_path, monkeypatch, only_reco
 NAN_ON_RANK_1 = r"""
 import sys
 from vit_lightning import train
-from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.module import Classifier
 
-step = ViTClassifier.training_step
+step = Classifier.training_step
 
 def training_step(self, batch, batch_idx):
     loss = step(self, batch, batch_idx)
@@ -176,7 +176,7 @@ def on_fit_end(self):
     with open(f"rank{self.global_rank}.steps", "w") as file:
         file.write(str(self.global_step))
 
-ViTClassifier.training_step, ViTClassifier.on_fit_end = training_step, on_fit_end
+Classifier.training_step, Classifier.on_fit_end = training_step, on_fit_end
 sys.exit(train.main(sys.argv[1:]))
 """
 
@@ -196,14 +196,14 @@ def test_ddp_nan_on_one_rank_stops_every_rank(tmp_path, only_record):
 
 
 def test_crash_before_training_is_recorded_as_failed(tmp_path, monkeypatch, only_record):
-    from vit_lightning.data.datamodule import ViTDataModule
+    from vit_lightning.data.datamodule import ImageDataModule
 
     monkeypatch.chdir(tmp_path)
 
     def broken_setup(self, stage=None):
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(ViTDataModule, "setup", broken_setup)
+    monkeypatch.setattr(ImageDataModule, "setup", broken_setup)
     with pytest.raises(OSError):
         train.main([*TINY, "--trainer.max_epochs=1"])
     _, record = only_record(tmp_path / "runs")

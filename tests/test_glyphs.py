@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.datamodule import ImageDataModule
 from vit_lightning.data.glyphs import KINDS, RELATIONS, SIZES, TASKS, Placed, render, render_set, stamp
 from vit_lightning.data.sources import read_mnist5k
 
@@ -89,7 +89,7 @@ def test_every_texture_shows_in_any_2x2_piece():
 
 @pytest.mark.parametrize("task", TASKS)
 def test_each_task_has_four_classes_in_equal_numbers_in_both_splits(task):
-    dm = ViTDataModule("glyphs", task=task, batch_size=8)
+    dm = ImageDataModule("glyphs", task=task, batch_size=8)
     dm.setup()
     assert dm.num_classes == 4 and dm.img_size == 36 and dm.in_chans == 1
     for split in (dm.train_set, dm.val_set):
@@ -98,7 +98,7 @@ def test_each_task_has_four_classes_in_equal_numbers_in_both_splits(task):
 
 
 def test_a_larger_canvas_draws_the_same_glyph_sizes_and_glyph_scale_enlarges_pixels():
-    dm = ViTDataModule("glyphs", task="relative", img_size=60, batch_size=8)
+    dm = ImageDataModule("glyphs", task="relative", img_size=60, batch_size=8)
     dm.setup()
     x, _ = next(iter(dm.val_dataloader()))
     assert x.shape == (8, 1, 60, 60) and dm.view == "canvas"
@@ -109,7 +109,7 @@ def test_a_larger_canvas_draws_the_same_glyph_sizes_and_glyph_scale_enlarges_pix
 
 def test_translated_digits_move_in_training_and_stay_put_in_validation():
     digits, labels = read_mnist5k()
-    dm = ViTDataModule("translated_mnist", batch_size=4)
+    dm = ImageDataModule("translated_mnist", batch_size=4)
     dm.setup()
     assert dm.img_size == 42 and dm.view == "canvas"
     val = [dm.val_set[i][0] for i in range(3)]
@@ -127,12 +127,12 @@ def test_translated_digits_move_in_training_and_stay_put_in_validation():
 
 
 def test_pad_centres_the_image_on_a_larger_canvas_where_zoom_resizes_it():
-    pad = ViTDataModule("mnist5k", img_size=42, resize="pad", batch_size=4)
-    zoom = ViTDataModule("mnist5k", img_size=42, batch_size=4)
+    pad = ImageDataModule("mnist5k", img_size=42, resize="pad", batch_size=4)
+    zoom = ImageDataModule("mnist5k", img_size=42, batch_size=4)
     for dm in (pad, zoom):
         dm.setup()
     (xp, _), (xz, _) = next(iter(pad.val_dataloader())), next(iter(zoom.val_dataloader()))
-    native = ViTDataModule("mnist5k", batch_size=4)
+    native = ImageDataModule("mnist5k", batch_size=4)
     native.setup()
     x, _ = next(iter(native.val_dataloader()))
     assert torch.allclose(xp[:, :, 7:35, 7:35], x) and pad.view == "canvas" and zoom.view == "zoom"
@@ -154,7 +154,7 @@ def test_pad_centres_the_image_on_a_larger_canvas_where_zoom_resizes_it():
 ])
 def test_bad_benchmark_options_are_one_line_errors(options, words):
     with pytest.raises(ValueError) as err:
-        ViTDataModule(**options)
+        ImageDataModule(**options)
     assert words in str(err.value) and "\n" not in str(err.value)
 
 

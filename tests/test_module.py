@@ -1,4 +1,4 @@
-"""ViTClassifier's optimizer: the learning rate at every step, and which parameters are decayed."""
+"""Classifier's optimizer: the learning rate at every step, and which parameters are decayed."""
 
 import csv
 import math
@@ -7,7 +7,7 @@ import pytest
 from tiny import TINY_MODEL
 
 from vit_lightning import train
-from vit_lightning.run.module import ViTClassifier, decay_groups
+from vit_lightning.run.module import Classifier, decay_groups
 
 TINY = [*TINY_MODEL, "--trainer.limit_val_batches=1"]
 
@@ -36,7 +36,7 @@ def test_learning_rate_at_every_step(schedule, tmp_path, monkeypatch):
 
 
 def test_weight_decay_groups_by_name():
-    module = ViTClassifier(
+    module = Classifier(
         variant="micro", img_size=28, in_chans=1, num_classes=10, patch_size=7, depth=2, width=32, heads=2,
         mlp_dim=64, pos_encoding="learned_2d", pos_injection="every_layer", head="mlp_tanh",
     )

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from tiny import TINY_MODEL
 
 from vit_lightning import train
-from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.datamodule import ImageDataModule
 from vit_lightning.model.pooling import HEADS
-from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.module import Classifier
 
 # lr ~ 0: the weights barely move in the epoch, so the epoch's training loss is the loss of the final
 # weights over the whole training split, whatever the order of the batches. The head starts random
@@ -40,11 +40,11 @@ def test_logged_epoch_metrics_equal_a_direct_computation(tmp_path, monkeypatch):
     assert train.main([*ARGV, f"--run.root={tmp_path}"]) == 0
     [path] = tmp_path.glob("*/*/*/results.json")
     metrics = json.loads(path.read_text())["metrics"]
-    module = ViTClassifier(width=32, depth=1, heads=2, mlp_dim=64, patch_size=7, img_size=28, in_chans=1,
+    module = Classifier(width=32, depth=1, heads=2, mlp_dim=64, patch_size=7, img_size=28, in_chans=1,
                            num_classes=10)
     module.load_state_dict(torch.load(path.parent / "last.ckpt", weights_only=True)["state_dict"])
     model = module.model.eval()
-    data = ViTDataModule(batch_size=100)
+    data = ImageDataModule(batch_size=100)
     data.setup()
     for split in ("train", "val"):
         dataset = getattr(data, f"{split}_set")

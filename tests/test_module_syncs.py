@@ -5,7 +5,7 @@ import torch
 from tiny import TINY_MODEL
 
 from vit_lightning import train
-from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.module import Classifier
 
 # Python-level calls that wait for the device (a value read back, a size known only after the kernel ran)
 # or copy host values to it (a tensor made from Python numbers: on a GPU a synchronous host-to-device copy)
@@ -42,7 +42,7 @@ class Syncs:
 @pytest.mark.slow
 def test_a_training_step_that_logs_nothing_syncs_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    real, steps = ViTClassifier.training_step, []
+    real, steps = Classifier.training_step, []
 
     def watched(self, batch, batch_idx):
         writes = (self.global_step + 1) % self.trainer.log_every_n_steps == 0 or self.trainer.is_last_batch
@@ -51,7 +51,7 @@ def test_a_training_step_that_logs_nothing_syncs_nothing(tmp_path, monkeypatch):
         steps.append((writes, syncs.calls))
         return out
 
-    monkeypatch.setattr(ViTClassifier, "training_step", watched)
+    monkeypatch.setattr(Classifier, "training_step", watched)
     argv = [*TINY_MODEL, "--trainer.max_epochs=1", "--trainer.limit_train_batches=6", "--trainer.limit_val_batches=1",
             "--trainer.log_every_n_steps=4", "--run.fewshot_shots=[]", "--run.shuffle_perms=0",
             f"--run.root={tmp_path}"]

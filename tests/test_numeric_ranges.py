@@ -14,7 +14,7 @@ from vit_lightning import train
 from vit_lightning.analysis import evaluate
 from vit_lightning.model import ViT
 from vit_lightning.run.hyperband import parse
-from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.module import Classifier
 from vit_lightning.sweep import cli
 
 MICRO = dict(img_size=28, in_chans=1, num_classes=10, patch_size=7)
@@ -67,7 +67,7 @@ def test_the_python_api_refuses_non_finite_and_out_of_range_options(options, men
                                      dict(warmup_epochs=NAN), dict(label_smoothing=NAN), dict(momentum=1.5)])
 def test_the_optimizer_numbers_are_finite_and_in_range(options):
     with pytest.raises(ValueError) as error:
-        ViTClassifier(**options, variant="micro", **MICRO)
+        Classifier(**options, variant="micro", **MICRO)
     assert "need finite model.lr in (0, 10], model.weight_decay in [0, 10]" in str(error.value)
 
 

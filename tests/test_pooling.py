@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vit_lightning import ViT
-from vit_lightning.run.module import ViTClassifier, decay_groups
+from vit_lightning.run.module import Classifier, decay_groups
 
 MICRO = dict(img_size=28, in_chans=1, num_classes=10, patch_size=4)
 
@@ -71,7 +71,7 @@ def test_mlp_tanh_hidden_layer_gets_the_models_init(init, std):
 
 
 def test_attention_pool_probe_gets_no_weight_decay():
-    module = ViTClassifier(**MICRO, pooling="map", weight_decay=0.1)
+    module = Classifier(**MICRO, pooling="map", weight_decay=0.1)
     probe = module.model.pool.probe
     assert "pool.probe" in module.model.no_weight_decay()
     groups = decay_groups(module.model, 0.1)

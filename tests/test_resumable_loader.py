@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.datamodule import ImageDataModule
 from vit_lightning.data.resumable import ResumableLoader, ResumableSampler
 
 N, BATCH = 50, 4  # 50 images over 2 ranks: 25 each, 7 batches per rank (the last one short)
@@ -67,7 +67,7 @@ def test_a_checkpoint_at_an_epoch_end_resumes_at_the_next_epoch_start():
 
 
 def test_the_datamodule_gives_each_rank_its_shard_and_lightning_keeps_the_sampler(tmp_path):
-    dm = ViTDataModule(name="synthetic", batch_size=BATCH, img_size=8)
+    dm = ImageDataModule(name="synthetic", batch_size=BATCH, img_size=8)
     dm.prepare_data()
     dm.setup("fit")
     shards = []

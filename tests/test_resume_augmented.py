@@ -14,7 +14,7 @@ from test_sweep_signals import start_sweep, sweep_file, training
 from tiny import TINY_MODEL, wait_for
 
 from vit_lightning import train
-from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.module import Classifier
 from vit_lightning.sweep.supervise import descendants
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,7 @@ def test_a_sigterm_mid_epoch_resumes_to_the_unbroken_run_with_augmentation_on(tm
     args = [*TINY, *AUGMENTED, f"--data.augment_on={augment}"]
     assert train.main([*args, f"--run.root={tmp_path / 'a'}"]) == 0
     with monkeypatch.context() as patch:
-        patch.setattr(ViTClassifier, "on_train_batch_end", sigterm_at(7), raising=False)  # epoch 1, batch 2 of 5
+        patch.setattr(Classifier, "on_train_batch_end", sigterm_at(7), raising=False)  # epoch 1, batch 2 of 5
         assert train.main([*args, f"--run.root={tmp_path / 'b'}"]) == 128 + signal.SIGTERM
     assert train.main([*args, f"--run.root={tmp_path / 'b'}"]) == 0
     (unbroken, whole), (resumed, history) = outcome(tmp_path / "a"), outcome(tmp_path / "b")

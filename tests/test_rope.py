@@ -12,7 +12,7 @@ import torch
 
 from vit_lightning import ViT
 from vit_lightning.model.build import timm_twin
-from vit_lightning.model.config import ViTConfig
+from vit_lightning.model.config import ModelConfig
 from vit_lightning.model.layers import keeping_attention
 from vit_lightning.model.position import ENCODINGS, Rope, RopeMixed
 from vit_lightning.model.timm_weights import load_timm_weights
@@ -234,7 +234,7 @@ def test_a_mismatched_model_is_refused_before_copying():
 ])
 def test_bad_rope_options_are_one_line(options, message):
     with pytest.raises(ValueError, match=message) as error:
-        ViTConfig(**options)
+        ModelConfig(**options)
     assert "\n" not in str(error.value)
 
 

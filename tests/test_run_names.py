@@ -41,9 +41,9 @@ def source(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     torch.manual_seed(0)
-    from vit_lightning.run.module import ViTClassifier
+    from vit_lightning.run.module import Classifier
 
-    model = ViTClassifier(variant="micro", patch_size=7, img_size=28, in_chans=1, num_classes=10)
+    model = Classifier(variant="micro", patch_size=7, img_size=28, in_chans=1, num_classes=10)
     torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}, src / "last.ckpt")
     (src / "results.json").write_text(json.dumps({"status": "completed", "trial": "src", "metrics": {}}))
     return src

@@ -10,7 +10,7 @@ from tiny import TINY_MODEL
 
 from vit_lightning import train
 from vit_lightning.run import rundir
-from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.module import Classifier
 
 TINY = [*TINY_MODEL, "--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2", "--run.fewshot_shots=[]",
         "--trainer.log_every_n_steps=1", "--trainer.max_epochs=2"]
@@ -25,7 +25,7 @@ def sigterm_at_step_8(self, outputs, batch, batch_idx):
 def test_sigterm_checkpoints_mid_epoch_and_the_resume_trains_every_step_once(tmp_path, monkeypatch, capsys):
     args = [*TINY, f"--run.root={tmp_path}"]
     with monkeypatch.context() as patch:
-        patch.setattr(ViTClassifier, "on_train_batch_end", sigterm_at_step_8, raising=False)
+        patch.setattr(Classifier, "on_train_batch_end", sigterm_at_step_8, raising=False)
         assert train.main(args) == 128 + signal.SIGTERM
     [record_path] = tmp_path.glob("*/*/*/results.json")
     run_dir = record_path.parent

@@ -241,9 +241,9 @@ def test_bad_sources_are_one_line_before_anything_is_written(tmp_path, capsys):
 
 
 def test_a_swin_source_is_refused_in_one_line(tmp_path, capsys):
-    from vit_lightning.run.module import ViTClassifier
+    from vit_lightning.run.module import Classifier
 
-    swin = ViTClassifier(arch="swin", variant="micro", patch_size=2, img_size=28, in_chans=1, num_classes=10)
+    swin = Classifier(arch="swin", variant="micro", patch_size=2, img_size=28, in_chans=1, num_classes=10)
     torch.save({"state_dict": swin.state_dict(), "hyper_parameters": dict(swin.hparams)}, tmp_path / "swin.ckpt")
     assert train.main([f"--model.init_from={tmp_path / 'swin.ckpt'}", f"--run.root={tmp_path}", "--run.wandb=off"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -120,10 +120,10 @@ def test_a_fit_reads_its_source_once_and_its_module_loads_that_reading(source_ru
 
 def _finished_source(path, **options):
     """A run directory holding a checkpoint of a ViT of `options` and a completed record (no training)."""
-    from vit_lightning.run.module import ViTClassifier
+    from vit_lightning.run.module import Classifier
 
     path.mkdir(parents=True)
-    model = ViTClassifier(**{"variant": "micro", "patch_size": 7, "img_size": 28, "in_chans": 1, "num_classes": 10,
+    model = Classifier(**{"variant": "micro", "patch_size": 7, "img_size": 28, "in_chans": 1, "num_classes": 10,
                              **options})
     torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}, path / "last.ckpt")
     (path / "results.json").write_text(json.dumps({"status": "completed", "trial": path.name, "metrics": {}}))

@@ -49,13 +49,13 @@ def test_a_group_of_several_gpus_counts_each_of_its_ddp_processes():
 
 
 def test_a_trial_uses_at_most_its_share_of_loader_workers(monkeypatch):
-    from vit_lightning.data.datamodule import ViTDataModule
+    from vit_lightning.data.datamodule import ImageDataModule
 
     monkeypatch.delenv(WORKERS_ENV, raising=False)
-    assert ViTDataModule(num_workers=8).workers == 8
+    assert ImageDataModule(num_workers=8).workers == 8
     monkeypatch.setenv(WORKERS_ENV, "3")
-    data = ViTDataModule(num_workers=8, batch_size=16)
-    assert data.workers == 3 and ViTDataModule(num_workers=2).workers == 2 and ViTDataModule().workers == 0
+    data = ImageDataModule(num_workers=8, batch_size=16)
+    assert data.workers == 3 and ImageDataModule(num_workers=2).workers == 2 and ImageDataModule().workers == 0
     data.setup("fit")
     loader = data.train_dataloader()
     assert loader.num_workers == 3

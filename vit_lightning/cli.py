@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from vit_lightning.model.family import FAMILIES
+
 # subcommand -> ("module:function", one-line help); the function takes argv and returns an exit code
 COMMANDS = {
     "fit": ("vit_lightning.train:main", "train one run (LightningCLI: --model.*, --data.*, --trainer.*)"),
@@ -38,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         print(f"vit-ablate: unknown command {command!r}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    try:  # the first read of the families loads those of entry points: a bad one is one line, before any command
+        len(FAMILIES)
+    except ValueError as error:
+        print(f"vit-ablate: error: {error}", file=sys.stderr)
         return 2
     module_name, function = COMMANDS[command][0].split(":")
     return int(getattr(importlib.import_module(module_name), function)(rest) or 0)

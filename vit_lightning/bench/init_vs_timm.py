@@ -17,7 +17,7 @@ from scipy.stats import ttest_ind
 from timm.models.vision_transformer import VisionTransformer
 
 from vit_lightning.bench.models import DEFAULT_ENCODING
-from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.datamodule import ImageDataModule
 from vit_lightning.model import ENCODINGS, ViT
 from vit_lightning.model.position import NO_POSITION
 
@@ -38,7 +38,7 @@ def timms(pooling: str, pos: str) -> torch.nn.Module:
 PAIRINGS = tuple((pooling, pos) for pooling in ("cls", "gap") for pos in (DEFAULT_ENCODING, NO_POSITION))
 
 
-def train(model: torch.nn.Module, data: ViTDataModule, epochs: int, lr: float, batches: int | None = None) -> float:
+def train(model: torch.nn.Module, data: ImageDataModule, epochs: int, lr: float, batches: int | None = None) -> float:
     """AdamW with a one-cycle schedule; val top-1 at the end (`batches`: at most that many steps an epoch)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
     per_epoch = min(len(data.train_dataloader()), batches or len(data.train_dataloader()))
@@ -79,7 +79,7 @@ def main(argv=None) -> None:
         for seed in args.seeds:
             for name in scores:
                 torch.manual_seed(seed)
-                data = ViTDataModule("mnist5k", batch_size=128, num_workers=0)
+                data = ImageDataModule("mnist5k", batch_size=128, num_workers=0)
                 data.setup()
                 model = timms(pooling, pos) if name == "timm ViT" else ours(pooling, pos, name.split("-")[0])
                 scores[name].append(train(model, data, args.epochs, args.lr, args.batches))

@@ -13,7 +13,7 @@ import torch
 
 from vit_lightning.ablation import BASE
 from vit_lightning.bench.timing import sync
-from vit_lightning.data.datamodule import ViTDataModule
+from vit_lightning.data.datamodule import ImageDataModule
 from vit_lightning.data.decode import decode_place
 
 PROFILES = tuple(BASE)  # demo, cifar10, imagenet
@@ -25,7 +25,7 @@ class ProfileFacts:
     """What the bench needs from a profile: its loader options, its model and its training precision."""
 
     name: str
-    data: dict  # ViTDataModule keyword arguments
+    data: dict  # ImageDataModule keyword arguments
     variant: str
     patch_size: int
     img_size: int
@@ -43,7 +43,7 @@ def profile_facts(name: str) -> ProfileFacts:
     data = {k[5:]: v for k, v in settings.items() if k.startswith("data.") and k not in ("data.root", "data.download")}
     if data["name"] == "cifar10":  # same shape, same in-memory loader and augmentation, no download
         data["name"] = "synthetic"
-    dm = ViTDataModule(**{**data, "root": "."}) if data["name"] != "imagefolder" else None
+    dm = ImageDataModule(**{**data, "root": "."}) if data["name"] != "imagefolder" else None
     return ProfileFacts(
         name=name, data=data, variant=settings["model.variant"], patch_size=settings["model.patch_size"],
         img_size=dm.img_size if dm else data["img_size"], in_chans=dm.in_chans if dm else 3,
@@ -76,7 +76,7 @@ def write_jpegs(root: Path, images: int, classes: int = 4, size: tuple[int, int]
 def loader_rate(facts: ProfileFacts, images: int, root: Path, decode_on: str = "cpu") -> float:
     """Training images/s of the profile's loader run in this process with one thread, as one worker runs it
     (decode_on=device: the worker that only reads the files' bytes)."""
-    dm = ViTDataModule(**{**facts.data, "root": str(root), "num_workers": 0, "decode_on": decode_on})
+    dm = ImageDataModule(**{**facts.data, "root": str(root), "num_workers": 0, "decode_on": decode_on})
     dm.setup("fit")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # DataLoader workers run with one thread each
@@ -98,7 +98,7 @@ def loader_rate(facts: ProfileFacts, images: int, root: Path, decode_on: str = "
 def device_decode_rate(facts: ProfileFacts, images: int, root: Path, device: torch.device) -> float:
     """Training images/s of decoding on `device`: a batch of the profile's read bytes decoded, cropped, flipped,
     RandAugmented and normalised there, over and over (host time included, as the training loop waits for it)."""
-    dm = ViTDataModule(**{**facts.data, "root": str(root), "num_workers": 0, "decode_on": "device"})
+    dm = ImageDataModule(**{**facts.data, "root": str(root), "num_workers": 0, "decode_on": "device"})
     dm.setup("fit")
     encoded = next(iter(dm.train_dataloader()))[0].to(device)
     dm.train_collate.finish(encoded)  # warm-up: nvJPEG's state, first kernels

@@ -61,7 +61,7 @@ def timed(owner, name: str, key, group: str | None = None) -> None:
 MODE = {True: " (train)", False: " (eval)"}
 # the default family's default position encoding (model.pos_encoding left unset)
 ARGV = ["--data.batch_size=32", "--data.name=mnist5k", "--data.random_crop=False", "--model.lr=0.002",
-        "--model.patch_size=7", "--model.pos_injection=stem", "--model.variant=micro",
+        "--model.patch_size=7", "--model.variant=micro",
         "--model.warmup_epochs=1", "--run.ablation=split", "--run.profile=demo", "--seed_everything=0",
         "--trainer.accelerator=cpu", "--trainer.devices=1", "--run.wandb=off"]
 
@@ -80,8 +80,8 @@ def instrument() -> None:
     from vit_lightning.run import module, record
 
     timed(train.FitCLI, "__init__", "start-up: parse options, build data module, model, trainer")
-    timed(module.ViTClassifier, "__init__", "start-up: build the model")
-    timed(data.ViTDataModule, "setup", "start-up: load the data")
+    timed(module.Classifier, "__init__", "start-up: build the model")
+    timed(data.ImageDataModule, "setup", "start-up: load the data")
     timed(record, "gflops_per_image", "start-up: count GFLOPs")
     timed(pl.Trainer, "_run_sanity_check", "start-up: sanity validation")
     timed(pl.Trainer, "fit", "fit (everything after the trainer exists)")
@@ -107,13 +107,13 @@ def plain_epochs(epochs: int, fused: bool) -> tuple[float, float]:
     import torch
     import torch.nn.functional as F
 
-    from vit_lightning.data.datamodule import ViTDataModule
-    from vit_lightning.run.module import ViTClassifier, _lr_factor
+    from vit_lightning.data.datamodule import ImageDataModule
+    from vit_lightning.run.module import Classifier, _lr_factor
 
     torch.manual_seed(0)
-    dm = ViTDataModule(name="mnist5k", batch_size=32, random_crop=False)
+    dm = ImageDataModule(name="mnist5k", batch_size=32, random_crop=False)
     dm.setup()
-    model = ViTClassifier(patch_size=7, img_size=28, in_chans=1, num_classes=10, lr=0.002).model
+    model = Classifier(patch_size=7, img_size=28, in_chans=1, num_classes=10, lr=0.002).model
     opt = torch.optim.AdamW(model.parameters(), lr=0.002, weight_decay=0.05, fused=fused)
     train, val = dm.train_dataloader(), dm.val_dataloader()
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_factor("cosine", len(train), len(train) * epochs))

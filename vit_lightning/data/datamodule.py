@@ -1,5 +1,5 @@
-"""Data: ViTDataModule over mnist5k (embedded default), cifar10, cifar100, imagefolder, synthetic, and the position
-benchmarks glyphs and translated_mnist."""
+"""Data: ImageDataModule over mnist5k (embedded default), cifar10, cifar100, imagefolder, synthetic, and the position
+benchmarks glyphs and translated_mnist (ViTDataModule: its earlier name, kept as an alias)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from vit_lightning.data.sources import (
     stratified_split,
 )
 
-__all__ = ["ViTDataModule", "DATASETS", "AUGMENT_ON", "DECODE_ON", "random_crop_flip", "CIFAR10_STATS", "CIFAR100_STATS",
+__all__ = ["ImageDataModule", "ViTDataModule", "DATASETS", "AUGMENT_ON", "DECODE_ON", "random_crop_flip", "CIFAR10_STATS", "CIFAR100_STATS",
            "IMAGENET_STATS", "MNIST_STATS", "read_mnist5k"]
 
 AUGMENT_ON = ("auto", "cpu", "device")  # where in-memory training batches are augmented (auto: device on a GPU)
@@ -180,7 +180,7 @@ def make_mixer(mixup_alpha: float, cutmix_alpha: float, num_classes: int):
 # ---------------------------------------------------------------- the data module
 
 
-class ViTDataModule(pl.LightningDataModule):
+class ImageDataModule(pl.LightningDataModule):
     """Batches of (normalised float (B, C, H, W), int64 (B,) ids or, in train with mixing, float (B, K) soft labels)."""
 
     def __init__(
@@ -385,6 +385,9 @@ class ViTDataModule(pl.LightningDataModule):
         if self.mixer is None:
             raise RuntimeError("mix() needs mixup_alpha > 0 or cutmix_alpha > 0")
         return self.mixer(x, y)
+
+
+ViTDataModule = ImageDataModule  # its earlier name (alias): the images of every family's runs
 
 
 def held_out_folder(train: datasets.ImageFolder, val_tf, share: float, seed: int):

@@ -1,9 +1,10 @@
-"""The backbone families (ViT, Swin) and their parts; family.FAMILIES is the registry."""
+"""The backbone families (ViT, Swin) and their parts; family.FAMILIES is the registry (ViTConfig: ModelConfig's
+earlier name, an alias)."""
 
-from vit_lightning.model.vit import VARIANTS, ViT  # noqa: I001  (the first family registers first)
+from vit_lightning.model.vit import INJECTION_OPTION, STEM_OPTION, VARIANTS, ViT, pixel_patches  # noqa: I001  (the first family registers first)
 from vit_lightning.model.swin import Swin
 from vit_lightning.model.build import build_backbone, timm_twin
-from vit_lightning.model.config import ViTConfig
+from vit_lightning.model.config import ModelConfig, ViTConfig
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, Backbone, Family, family_of
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import ENCODING_OPTIONS, ENCODINGS, INJECTIONS
@@ -11,8 +12,9 @@ from vit_lightning.model.stems import STEMS
 from vit_lightning.model.timm_weights import load_timm_weights
 
 __all__ = [
-    "DEFAULT_ARCH", "ENCODING_OPTIONS", "ENCODINGS", "FAMILIES", "HEADS", "INJECTIONS", "POOLINGS", "STEMS", "VARIANTS", "Backbone",
-    "Family", "Swin", "ViT", "ViTConfig", "build_backbone", "family_of", "load_timm_weights", "registered_names", "timm_twin",
+    "DEFAULT_ARCH", "ENCODING_OPTIONS", "ENCODINGS", "FAMILIES", "HEADS", "INJECTION_OPTION", "INJECTIONS", "POOLINGS",
+    "STEM_OPTION", "STEMS", "VARIANTS", "Backbone", "Family", "ModelConfig", "Swin", "ViT", "ViTConfig", "build_backbone",
+    "family_of", "load_timm_weights", "pixel_patches", "registered_names", "timm_twin",
 ]
 
 

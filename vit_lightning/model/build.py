@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from torch import nn
 
-from vit_lightning.model.config import ViTConfig
+from vit_lightning.model.config import ModelConfig
 from vit_lightning.model.family import FAMILIES
 
 
 def build_backbone(**options) -> nn.Module:
-    """The family's backbone from ViTConfig's plain options; every option is checked before anything is built."""
-    cfg = ViTConfig(**options)
+    """The family's backbone from ModelConfig's plain options; every option is checked before anything is built."""
+    cfg = ModelConfig(**options)
     return FAMILIES[cfg.arch].cls(**{k: v for k, v in options.items() if k != "arch"})
 
 

@@ -1,4 +1,7 @@
-"""ViTConfig: a backbone's options as plain values (the shared ones and its family's own), checked once, here."""
+"""ModelConfig: a backbone's options as plain values (the shared ones and its family's own), checked once, here.
+
+ViTConfig is its earlier name, kept as an alias: the options serve every family.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +12,20 @@ from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, u
 from vit_lightning.model.pooling import HEADS
 
 MAX_LAYER_SCALE = 10.0  # layer scale's initial value: 1e-6 to 1e-1 in DeiT-III and timm
+# shared options every family reads (the contract: its family and size, the images it takes, the classes it tells);
+# a family declares which of the others it reads (Family.reads)
+CONTRACT_OPTIONS = ("arch", "variant", "img_size", "in_chans", "num_classes")
 
 
 @dataclass
 class SharedOptions:
-    """The options every backbone family takes; `width` defaults to the variant's.
+    """The options shared by the backbone families: each reads CONTRACT_OPTIONS and those it declares (Family.reads);
+    `width` defaults to the variant's.
 
     `arch` chooses the backbone family (family.FAMILIES). A family's own options (family.Family.options: the ViT's
-    stem, injection, sizes, registers and encoding options; the Swin's window) are declared by the family; ViTConfig
-    holds both, and refuses in one line an option of another family set away from its default.
+    stem, injection, sizes, registers and encoding options; the Swin's window) are declared by the family;
+    ModelConfig holds both, and refuses in one line an option of another family set away from its default, and a
+    shared option the family does not read (Family.reads) set away from its default.
 
     Every field is also a `vit-ablate fit` option, `--model.<field>`, with this docstring as its help.
 
@@ -66,10 +74,10 @@ class SharedOptions:
     qk_norm: bool = False
 
     def __post_init__(self):
-        """Checked by ViTConfig, which holds the family's own options too."""
+        """Checked by ModelConfig, which holds the family's own options too."""
 
 
-class ViTConfig(SharedOptions):
+class ModelConfig(SharedOptions):
     """A backbone's options: the shared ones (SharedOptions' fields) and its family's own (`Family.options`)."""
 
     def __init__(self, **options):
@@ -82,7 +90,7 @@ class ViTConfig(SharedOptions):
         family = FAMILIES[self.arch]
         for name, value in family.defaults.items():
             setattr(self, name, value if getattr(self, name) is None else getattr(self, name))
-        if error := unread_error(self.arch, {**self.shared(), **self._given}):
+        if error := unread_error(self.arch, {**self.shared(), **self._given}) or unread_shared_error(self):
             raise ValueError(error)
         for name, option in family.options.items():  # its own options: choices here, the rest by family.check
             setattr(self, name, self._given.get(name, option.default))
@@ -131,6 +139,26 @@ class ViTConfig(SharedOptions):
         """Plain JSON-able values, the family's own options included (tuples become lists)."""
         own = {name: getattr(self, name) for name in FAMILIES[self.arch].options}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in {**asdict(self), **own}.items()}
+
+
+ViTConfig = ModelConfig  # its earlier name (alias): the options of every family, not the ViT's only
+
+
+def unread_shared_error(cfg: ModelConfig) -> str | None:
+    """A shared option set away from its default (the family's, else SharedOptions') on a family that does not read
+    it, in one line naming the options the family reads; or None."""
+    family = FAMILIES[cfg.arch]
+    shared = [f for f in fields(SharedOptions) if f.name not in CONTRACT_OPTIONS]
+    if unknown := sorted(family.reads - {f.name for f in shared}):
+        return (f"arch={cfg.arch} declares it reads {', '.join(unknown)}, not shared options beyond the contract's; "
+                f"choose from: {', '.join(f.name for f in shared)}")
+    for option in shared:
+        value, default = getattr(cfg, option.name), family.defaults.get(option.name, option.default)
+        if option.name not in family.reads and (tuple(value) if isinstance(value, list) else value) != default:
+            reads = [f"model.{f.name}" for f in shared if f.name in family.reads] + [f"model.{n}" for n in family.options]
+            return (f"model.{option.name}={value!r} is not read by arch={cfg.arch}; it reads: "
+                    f"{', '.join(reads) or 'none of the options beyond ' + ', '.join(CONTRACT_OPTIONS)}")
+    return None
 
 
 def option_names() -> set[str]:

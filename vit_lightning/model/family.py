@@ -1,18 +1,21 @@
 """Backbone families (ViT, Swin, ...): one registry entry each, and the contract every family's model meets.
 
 An entry holds everything the rest of the package asks about a family: its class, its size presets, the
-position encodings it accepts, what an unset (None) option means for it, its own options (declared by it, their
-choices checked by ViTConfig, the rest by the family's check), the capabilities it offers beyond the contract (`offers`), its demo
-patch, its checks, its figures module and its timm importer. Code outside `model/` looks a family up here
-and never names one. The flat `--model.*` options stay one namespace: an option read by other families only,
-set away from its default, is refused by one rule (`unread_error`); a figure, metric or command needing a
-capability the family does not offer is refused in one line (`Family.lacks`).
+position encodings it accepts, what an unset (None) option means for it, the shared options it reads (`reads`), its
+own options (declared by it, their choices checked by ModelConfig, the rest by the family's check), the capabilities
+it offers beyond the contract (`offers`), its demo patch, its checks, its figures module and its timm importer. Code
+outside `model/` looks a family up here and never names one. The flat `--model.*` options stay one namespace: an
+option read by other families only, set away from its default, is refused by one rule (`unread_error`; a shared
+option the family does not read: config.unread_shared_error); a figure, metric or command needing a capability the
+family does not offer is refused in one line (`Family.lacks`). A family outside the tree registers through an entry
+point of the group ENTRY_POINTS, naming its Family; the registry loads them when it is first read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -32,6 +35,7 @@ from vit_lightning.model.naming import (
 )
 
 DEFAULT_ARCH = "vit"  # model.arch when none is given (the family whose runs were named first)
+ENTRY_POINTS = "vit_lightning.families"  # group of the entry points of families outside the tree: `arch = module:FAMILY`
 
 # What a family may offer beyond the contract, each a method of its model; the family declares which (`offers`).
 ATTENTION_MAPS = "attention_maps"  # attention_maps(x) -> per block (B, heads, T, T) (or per window) probabilities
@@ -44,7 +48,7 @@ CAPABILITIES = {ATTENTION_MAPS: "attention maps", TOKEN_GRID: "a token grid of p
 
 @runtime_checkable
 class Backbone(Protocol):
-    """What every family's model offers (besides `config`, a ViTConfig, and `forward`: images -> logits).
+    """What every family's model offers (besides `config`, a ModelConfig, and `forward`: images -> logits).
 
     The rest (CAPABILITIES) a family declares in its entry's `offers`, and its model then has that method.
     """
@@ -63,7 +67,7 @@ class Unsupported(ValueError):
 @dataclass(frozen=True)
 class Option:
     """One of a family's own options (`--model.<name>`): the value that means "not used", its type, its help and,
-    for a name from a registry, the values it accepts (checked by ViTConfig, listed by `--help` and the docs)."""
+    for a name from a registry, the values it accepts (checked by ModelConfig, listed by `--help` and the docs)."""
 
     default: Any
     type: Any
@@ -104,22 +108,24 @@ class Family:
     """One backbone family: everything about it that code outside `model/` may ask."""
 
     name: str  # the value of model.arch
-    cls: type[nn.Module]  # built as cls(**ViTConfig options); meets Backbone
+    cls: type[nn.Module]  # built as cls(**ModelConfig options); meets Backbone
     variants: Mapping  # size presets by model.variant
     encodings: tuple[str, ...]  # the model.pos_encoding values it accepts
     defaults: dict  # what an unset (None) option means for it: pooling, pos_encoding, patch_size
     architecture: tuple[str, ...]  # its options that fix the weights' shapes (a transfer source's are adopted)
     demo_patch: int  # fit's patch side when none is given
-    check: Callable  # check(cfg): the family's own checks of a ViTConfig (fills variant sizes); raises ValueError
+    check: Callable  # check(cfg): the family's own checks of a ModelConfig (fills variant sizes); raises ValueError
     viz: str | None = None  # module of its analysis figures (compute_numbers, draw); None: the shared figures only
     timm_loader: Callable | None = None  # load(model, timm_model): timm weights into ours
-    timm_options: Callable | None = None  # options(timm_model): the ViTConfig options of our twin, or None
+    timm_options: Callable | None = None  # options(timm_model): the ModelConfig options of our twin, or None
     timm_reference: Callable | None = None  # reference(variant, img_size, num_classes): timm's model of that size
     offers: frozenset = frozenset()  # its CAPABILITIES beyond the contract
-    options: dict = field(default_factory=dict)  # its own options, name -> Option (choices checked by ViTConfig)
+    # the shared options (config.SharedOptions) it reads beyond config.CONTRACT_OPTIONS; any other, set away from
+    # its default (the family's, else the shared one), is refused in one line (config.unread_shared_error)
+    reads: frozenset = frozenset()
+    options: dict = field(default_factory=dict)  # its own options, name -> Option (choices checked by ModelConfig)
     name_neutral: dict = field(default_factory=dict)  # own options left out of a trial's name at these values
     name_parts: tuple[NamePart, ...] = ()  # its own parts of a trial's name (Swin's "noshift"), model/naming.py
-
 
     def lacks(self, capability: str, needed_for: str) -> str | None:
         """One line when this family does not offer `capability` (CAPABILITIES), which `needed_for` needs; else None."""
@@ -133,13 +139,78 @@ class Family:
             raise Unsupported(line)
 
 
-FAMILIES: dict[str, Family] = {}
+class Registry(Mapping):
+    """The families by model.arch: those of the package, registered by their modules, and (read first) those of the
+    installed distributions' entry points (ENTRY_POINTS)."""
+
+    def __init__(self):
+        self.entries: dict[str, Family] = {}
+        self.points: dict[str, str] = {}  # arch -> the entry point (`module:attr`) that registered it
+        self.loaded = False  # the entry points: loaded on the first read, again only when asked (`discover`)
+
+    def _read(self) -> dict[str, Family]:
+        if not self.loaded:
+            self.loaded = True  # before loading: a family's module may read the registry as it registers
+            try:
+                discover(registry=self)
+            except ValueError:
+                self.loaded = False  # a bad entry point stays an error on every read until it is fixed
+                raise
+        return self.entries
+
+    def __getitem__(self, name: str) -> Family:
+        return self._read()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+
+FAMILIES = Registry()
 
 
 def register(family: Family) -> Family:
-    """Add a family to the registry (each family's module registers itself)."""
-    FAMILIES[family.name] = family
+    """Add a family to the registry (each family's module registers itself; an entry point's family, `discover`)."""
+    FAMILIES.entries[family.name] = family
     return family
+
+
+def unregister(name: str) -> None:
+    """Drop a family from the registry (a family an entry point added comes back only when `discover` runs again)."""
+    FAMILIES.entries.pop(name, None)
+    FAMILIES.points.pop(name, None)
+
+
+def discover(group: str = ENTRY_POINTS, registry: Registry | None = None) -> list[str]:
+    """Register the Family each entry point of `group` names (in `registry`, default FAMILIES), unless registered;
+    the names added.
+
+    A bad entry point (its module fails to import, it names no Family or a Family of another name, or one of a
+    name registered already) is a ValueError of one line naming it.
+    """
+    registry = FAMILIES if registry is None else registry
+    added = []
+    for point in metadata.entry_points(group=group):
+        where = f"entry point {point.name} = {point.value} (group {group}"
+        where += f", distribution {point.dist.name})" if point.dist is not None else ")"
+        if point.name in registry.entries:
+            if registry.points.get(point.name) == point.value:
+                continue  # loaded before
+            raise ValueError(f"{where}: arch={point.name} is registered already, by "
+                             f"{registry.points.get(point.name, registry.entries[point.name].cls.__module__)}")
+        try:
+            family = point.load()
+        except Exception as err:  # noqa: BLE001  (whatever its import raises is the plugin's error, said in one line)
+            raise ValueError(f"{where} does not load: {type(err).__name__}: {' '.join(str(err).split())}") from err
+        if not isinstance(family, Family):
+            raise ValueError(f"{where} names a {type(family).__name__}, not a vit_lightning.model.family.Family")
+        if family.name != point.name:
+            raise ValueError(f"{where} names the family arch={family.name}; an entry point's name is its family's arch")
+        registry.entries[family.name], registry.points[family.name] = family, point.value
+        added.append(family.name)
+    return added
 
 
 def family_of(model: nn.Module) -> Family:

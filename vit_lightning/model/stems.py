@@ -1,6 +1,6 @@
 """Stems: image (B, C, H, W) -> patch tokens (B, N, D) on an (H', W') grid.
 
-Every stem is built as `Stem(cfg)` from a ViTConfig and owns the patch size: `grid_for(img_size)`
+Every stem is built as `Stem(cfg)` from a ModelConfig and owns the patch size: `grid_for(img_size)`
 says which token grid an input size gives.
 """
 

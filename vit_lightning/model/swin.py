@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vit_lightning.model.config import ViTConfig, check_choice
+from vit_lightning.model.config import ModelConfig, check_choice
 from vit_lightning.model.family import (
     ATTENTION_MAPS,
     PRE_LOGITS,
@@ -87,11 +87,10 @@ SWIN_OPTIONS = {
 }
 
 
-def check_swin(cfg: ViTConfig) -> None:
-    """Swin's own checks: its options, final LayerNorm + average pooling only, the stage-1 width against its heads."""
+def check_swin(cfg: ModelConfig) -> None:
+    """Swin's own checks: its options, its init, the stage-1 width against its heads (its pooling: not read)."""
     if not isinstance(cfg.shift, bool):
         raise ValueError(f"shift must be true or false, got {cfg.shift!r}")
-    check_choice("pooling (arch=swin)", cfg.pooling, ("gap",))
     check_choice("init", cfg.init, INITS)
     width, _, heads = SWIN_VARIANTS[cfg.variant]
     cfg.width = cfg.width or width
@@ -152,7 +151,7 @@ class WindowBias(nn.Module):
 class SwinBlock(nn.Module):
     """Pre-norm window attention then MLP; every second block of a stage shifts its windows."""
 
-    def __init__(self, dim: int, heads: int, grid, window: int, shifted: bool, relative: bool, cfg: ViTConfig,
+    def __init__(self, dim: int, heads: int, grid, window: int, shifted: bool, relative: bool, cfg: ModelConfig,
                  drop_path: float):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)  # Swin's LayerNorms keep PyTorch's eps (1e-5)
@@ -213,7 +212,7 @@ class PatchMerging(nn.Module):
 class SwinStage(nn.Module):
     """An optional patch merging, then `depth` blocks alternating regular and shifted windows."""
 
-    def __init__(self, dim: int, depth: int, heads: int, grid, merge: bool, cfg: ViTConfig, rates: list[float],
+    def __init__(self, dim: int, depth: int, heads: int, grid, merge: bool, cfg: ModelConfig, rates: list[float],
                  relative: bool):
         super().__init__()
         self.merge = PatchMerging(dim // 2) if merge else None
@@ -239,7 +238,7 @@ def stage_grids(grid: tuple[int, int], stages: int) -> list[tuple[int, int]]:
 
 
 class Swin(BackboneParts, BlockAttention, nn.Module):
-    """A Swin Transformer assembled from named parts; options as ViTConfig with arch='swin'.
+    """A Swin Transformer assembled from named parts; options as ModelConfig with arch='swin'.
 
     Args:
         variant: size preset (SWIN_VARIANTS: micro is the CPU demo size; T, S, B, L the paper's).
@@ -248,7 +247,7 @@ class Swin(BackboneParts, BlockAttention, nn.Module):
     def __init__(self, variant: str = "T", **options):
         super().__init__()
         options = {**options, "arch": "swin"}
-        self.config = cfg = ViTConfig(variant=variant, **options)
+        self.config = cfg = ModelConfig(variant=variant, **options)
         _, depths, heads = SWIN_VARIANTS[cfg.variant]
         absolute, relative = SWIN_ENCODINGS[cfg.pos_encoding]
         self.stem = PatchStem(cfg)
@@ -322,7 +321,11 @@ class Swin(BackboneParts, BlockAttention, nn.Module):
 SWIN = register(Family(
     name="swin", cls=Swin, variants=SWIN_VARIANTS, encodings=tuple(SWIN_ENCODINGS),
     defaults={"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 4, "init": "timm"},
-    options=SWIN_OPTIONS, offers=frozenset({ATTENTION_MAPS, TOKEN_GRID, PRE_LOGITS}),
+    options=SWIN_OPTIONS,
+    # pooling is not read: always the paper's final LayerNorm and average (gap, its default)
+    reads=frozenset({"patch_size", "width", "pos_encoding", "head", "dropout", "attn_dropout", "drop_path", "init",
+                     "layer_scale", "qk_norm"}),
+    offers=frozenset({ATTENTION_MAPS, TOKEN_GRID, PRE_LOGITS}),
     architecture=("window_size", "shift"),
     # a 14x14 map of 28x28 demo digits, two windows of 7 a side, then 7x7 after its one patch merging
     demo_patch=2,

@@ -72,7 +72,7 @@ def _unsupported(eva) -> str | None:
 
 
 def eva_options(eva, variants: dict) -> dict:
-    """The ViTConfig options of our twin of a timm RoPE Eva; ValueError (one line) if it has none."""
+    """The ModelConfig options of our twin of a timm RoPE Eva; ValueError (one line) if it has none."""
     if reason := _unsupported(eva):
         raise ValueError(f"cannot load this timm model: {reason}")
     block, embed = eva.blocks[0], eva.patch_embed

@@ -187,7 +187,7 @@ def _differs(key: str, want, have) -> bool:
 
 
 def timm_parts(vit) -> dict:
-    """The ViTConfig options that a timm VisionTransformer's structure fixes beyond its sizes and pooling.
+    """The ModelConfig options that a timm VisionTransformer's structure fixes beyond its sizes and pooling.
 
     `layer_scale` is timm's `init_values` (only whether it is set shows in the logits: the weights replace it).
     """
@@ -225,7 +225,7 @@ def _translate(model, timm_model: nn.Module, norm: str) -> dict[str, torch.Tenso
 
 
 def timm_vit_options(vit, variants: dict) -> dict | None:
-    """The ViTConfig options that build our twin of a timm VisionTransformer (patch stem only); None: not a ViT."""
+    """The ModelConfig options that build our twin of a timm VisionTransformer (patch stem only); None: not a ViT."""
     from timm.models.vision_transformer import VisionTransformer
 
     if is_eva(vit):

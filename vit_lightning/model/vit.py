@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from vit_lightning.bookkeeping import check_choice, number_in, span
-from vit_lightning.model.config import ViTConfig
+from vit_lightning.model.config import ModelConfig
 from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, Option, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.naming import EARLIER, NAMING, NamePart
@@ -35,9 +35,23 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
     "H": (32, 1280, 5120, 16),
 }
 
+# The ViT's options that code outside model/ asks about by their role, named here only: where an encoding enters
+# (INJECTIONS; each encoding allows some) and the stem (STEMS; only `patch` cuts pixel patches)
+INJECTION_OPTION = "pos_injection"
+STEM_OPTION = "stem"
+PIXEL_STEM = "patch"
+
+
+def pixel_patches(options) -> bool:
+    """Options (a dict, or a ModelConfig) of a model whose stem cuts pixel patches, a kernel that resizes with the
+    patch size: any family without a stem option, the ViT with the patch stem (not the hybrid's ResNet features)."""
+    get = options.get if isinstance(options, dict) else lambda name, default: getattr(options, name, default)
+    return get(STEM_OPTION, PIXEL_STEM) == PIXEL_STEM
+
+
 MAX_REG_TOKENS = 1024  # registers: 4 to 16 in their paper; far more only fills memory (attention is quadratic in them)
 
-# The ViT's own options (`--model.<name>`), at the value that means "not used"; ViTConfig checks their choices.
+# The ViT's own options (`--model.<name>`), at the value that means "not used"; ModelConfig checks their choices.
 VIT_OPTIONS = {
     "depth": Option(None, int | None, "vit: number of encoder blocks, overriding the variant's.", named_since=EARLIER),
     "heads": Option(None, int | None, "vit: attention heads, overriding the variant's; must divide width.", named_since=EARLIER),
@@ -73,7 +87,7 @@ VIT_OPTIONS = {
 }
 
 
-def check_vit(cfg: ViTConfig) -> None:
+def check_vit(cfg: ModelConfig) -> None:
     """The ViT's own checks: its parts by name, the encoding's injections, the variant's sizes, the hybrid stem."""
     check_choice("pooling", cfg.pooling, POOLINGS)
     check_choice("init", cfg.init, INITS)
@@ -119,7 +133,7 @@ def check_vit(cfg: ViTConfig) -> None:
 MAX_ROPE_THETA = 1e9  # RoPE's base: 10 to 1e4 in use; an infinite one stops all but one frequency per axis
 
 
-def check_rope(cfg: ViTConfig) -> None:
+def check_rope(cfg: ModelConfig) -> None:
     """RoPE's options: with a rotary encoding only, a positive theta, a head width it can split."""
     if not ENCODINGS[cfg.pos_encoding].rotary:
         return  # its options set for another encoding: refused by check_vit
@@ -130,7 +144,7 @@ def check_rope(cfg: ViTConfig) -> None:
 
 
 class ViT(BackboneParts, BlockAttention, nn.Module):
-    """A ViT assembled from named parts; see ViTConfig (shared options) and VIT_OPTIONS (its own) for the options.
+    """A ViT assembled from named parts; see ModelConfig (shared options) and VIT_OPTIONS (its own) for the options.
 
     Args:
         variant: size preset (VARIANTS: micro is the CPU demo size, Ti, S, B, L, H the paper's and DeiT's).
@@ -138,7 +152,7 @@ class ViT(BackboneParts, BlockAttention, nn.Module):
 
     def __init__(self, variant: str = "micro", **options):
         super().__init__()
-        self.config = cfg = ViTConfig(variant=variant, **options)
+        self.config = cfg = ModelConfig(variant=variant, **options)
         if cfg.arch != "vit":
             raise ValueError(f"ViT builds arch='vit', got arch={cfg.arch!r}; use build_backbone")
         self.stem = STEMS[cfg.stem](cfg)
@@ -219,6 +233,8 @@ VIT = register(Family(
     name="vit", cls=ViT, variants=VARIANTS, encodings=tuple(ENCODINGS),
     defaults={"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 16, "init": "paper"},
     options=VIT_OPTIONS,
+    reads=frozenset({"patch_size", "width", "pos_encoding", "pooling", "head", "dropout", "attn_dropout", "drop_path",
+                     "init", "layer_scale", "qk_norm"}),  # every shared option
     architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
                   "pos_embed_class", *ENCODING_OPTIONS),
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits

@@ -1,4 +1,7 @@
-"""ViTClassifier: the LightningModule that trains a ViT: loss, metrics, optimizer and schedule."""
+"""Classifier: the LightningModule that trains a backbone of any family: loss, metrics, optimizer and schedule.
+
+ViTClassifier is its earlier name, kept as an alias.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ OPTIMIZER_RANGES = {"lr": (0, 10, True), "weight_decay": (0, 10), "warmup_epochs
 TRAIN_SUMS = "train_epoch_sums"  # the checkpoint's entry for the cut epoch's training sums
 
 
-class ViTClassifier(pl.LightningModule):
+class Classifier(pl.LightningModule):
     """Image classification with a backbone of any family built from plain options (all saved in the checkpoint)."""
 
     def __init__(
@@ -45,9 +48,9 @@ class ViTClassifier(pl.LightningModule):
         new_head: bool = False,
         **backbone,
     ):
-        """The optimizer's options; `backbone` takes ViTConfig's (variant, patch_size, pos_encoding, ...).
+        """The optimizer's options; `backbone` takes ModelConfig's (variant, patch_size, pos_encoding, ...).
 
-        `vit-ablate fit` offers every ViTConfig field as `--model.<field>` and sets img_size, in_chans
+        `vit-ablate fit` offers every ModelConfig field as `--model.<field>` and sets img_size, in_chans
         and num_classes from the data.
 
         Args:
@@ -226,6 +229,9 @@ class ViTClassifier(pl.LightningModule):
         if not math.isfinite(batches) or batches <= 0:
             return float(total)
         return math.ceil(batches / self.trainer.accumulate_grad_batches)
+
+
+ViTClassifier = Classifier  # its earlier name (alias): it trains every family, not the ViT only
 
 
 def compiled_forwards(model: torch.nn.Module) -> dict:

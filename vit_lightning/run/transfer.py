@@ -17,9 +17,10 @@ import torch
 
 from vit_lightning.bookkeeping import LAST_CKPT, one_line
 from vit_lightning.model.build import build_backbone, timm_twin
-from vit_lightning.model.config import ViTConfig, option_names
+from vit_lightning.model.config import ModelConfig, option_names
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, RESIZE, architecture_keys
 from vit_lightning.model.position import resize_note
+from vit_lightning.model.vit import pixel_patches
 from vit_lightning.run.rundir import RunDirError, checkpoint_record, data_options, read_checkpoint
 
 RESIZED = ("patch_size",)  # architecture options a patch-stem source may change: its kernel is PI-resized (FlexiViT)
@@ -34,9 +35,9 @@ class SourceError(ValueError):
 
 @dataclass
 class Source:
-    """A trained backbone: its ViTConfig options, its state dict and the record's account of where it came from."""
+    """A trained backbone: its ModelConfig options, its state dict and the record's account of where it came from."""
 
-    options: dict  # ViTConfig fields of the source (architecture and the data it saw)
+    options: dict  # ModelConfig fields of the source (architecture and the data it saw)
     state: dict[str, torch.Tensor]  # backbone parameter names -> tensors
     account: dict  # {"source", "trial" | "file", "sha256", "config"} for the run record
     data: dict | None = None  # the data module options the source trained with (None: not known)
@@ -231,10 +232,10 @@ def check_data(source: Source, in_chans: int) -> None:
 def conflicts(source: dict, given: dict) -> list[str]:
     """'key=given (source: value)' for each architecture option given that differs from the source's."""
     keys = architecture_keys(source.get("arch", DEFAULT_ARCH))
-    default = ViTConfig(**{k: v for k, v in source.items() if k in keys or k in DATA_KEYS})
+    default = ModelConfig(**{k: v for k, v in source.items() if k in keys or k in DATA_KEYS})
     out = []
     for key in keys:
-        if key in RESIZED and getattr(default, "stem", "patch") == "patch":  # a family without a stem option cuts patches
+        if key in RESIZED and pixel_patches(default):
             continue
         if key in given and key in source and _norm(given[key]) != _norm(getattr(default, key)):
             out.append(f"model.{key}={given[key]!r} (the source has {_norm(getattr(default, key))!r})")
@@ -264,7 +265,7 @@ def account(source: Source, patch_size: int | None, img_size=None, mode: str = "
     """The record's account of the source, with what was done to its patch kernel when the patch size changed and
     to its position encoding when the patch grid changed (a new image size or patch size)."""
     out, old = dict(source.account), source.options.get("patch_size")
-    patched = source.options.get("stem", "patch") == "patch" and None not in (patch_size, old) and patch_size != old
+    patched = pixel_patches(source.options) and None not in (patch_size, old) and patch_size != old
     if patched:
         out["patch_resize"] = {"from": old, "to": patch_size, "kernel": "pi_resize (FlexiViT)"}
     was = source.options.get("img_size")

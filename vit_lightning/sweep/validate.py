@@ -12,6 +12,7 @@ import yaml
 
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
+from vit_lightning.model.vit import INJECTION_OPTION
 from vit_lightning.run import hyperband
 from vit_lightning.sweep.expand import METHODS, SWEEP_KEYS, distribution, render_args
 
@@ -126,7 +127,7 @@ def check_parameters(params: dict, known: set[str] | None) -> None:
     check_space(space)
 
 
-POSITION = ("model.pos_encoding", "model.pos_injection")  # a pair the model allows or not (ViTConfig's rules)
+POSITION = ("model.pos_encoding", f"model.{INJECTION_OPTION}")  # a pair the model allows or not (ModelConfig's rules)
 
 
 def check_space(space: dict[str, list]) -> None:
@@ -248,11 +249,11 @@ def _model_error(options: str) -> str | None:
     """Build the module on the meta device (every check of the model runs, no memory is used); its error or None."""
     import torch
 
-    from vit_lightning.run.module import ViTClassifier
+    from vit_lightning.run.module import Classifier
 
     try:
         with torch.device("meta"):
-            ViTClassifier(**json.loads(options))
+            Classifier(**json.loads(options))
     except ValueError as err:
         return " ".join(str(err).split())
     return None
