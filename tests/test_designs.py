@@ -76,7 +76,7 @@ def test_a_new_encoding_and_option_change_no_committed_design(monkeypatch):
 
     vit = FAMILIES["vit"]
     monkeypatch.setitem(ENCODINGS, NEW, Again)
-    monkeypatch.setitem(FAMILIES, "vit", dataclasses.replace(
+    monkeypatch.setitem(FAMILIES.entries, "vit", dataclasses.replace(
         vit, encodings=(*vit.encodings, NEW), options={**vit.options, "later": Option(0, int, "vit: added later.")}))
     for name in [m for m in sys.modules if m.startswith(ablation.PACKAGE + ".")]:
         monkeypatch.delitem(sys.modules, name)  # the ablation files read again, under the grown registry

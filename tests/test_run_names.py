@@ -102,7 +102,7 @@ def later_option(monkeypatch):
     """An option added to the ViT's family in model/ alone, as a later version would."""
     vit = FAMILIES["vit"]
     options = {**vit.options, "later": Option(0, int, "vit: an option added later.")}
-    monkeypatch.setitem(FAMILIES, "vit", dataclasses.replace(vit, options=options))
+    monkeypatch.setitem(FAMILIES.entries, "vit", dataclasses.replace(vit, options=options))
     return "model.later"
 
 
