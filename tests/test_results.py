@@ -696,8 +696,11 @@ def test_the_shuffle_drop_tells_an_ignored_encoding_from_one_that_does_not_help(
             "epoch in 0 of 12 runs, elsewhere at most 0.0100 above the final weights' (val/acc); none/stem +0.0000), "
             "each cell's drop against none/stem's (Welch, Holm): the encoding is used and helps: learned_1d/stem "
             "(+0.2100); used; gain not shown (Holm p of its accuracy against none/stem's; no proof that it does not "
-            f"help): learned_2d/stem (+0.1100; Holm p {fmt_p(gain)}); the encoding is ignored (drop within seed "
-            "noise of none/stem's): relative_1d/stem (+0.0010)") in md
+            f"help): learned_2d/stem (+0.1100; Holm p {fmt_p(gain)}); use not shown (drop within seed noise of "
+            f"none/stem's; Holm p of the drops): relative_1d/stem (+0.0010; Holm p {fmt_p(used[1])})") in md
+    grid = md[md.index("## Verdicts"):md.index("- **Source")]  # the same verdicts, one cell a row
+    assert md_cells(grid, "relative_1d/stem")[-1] == f"use not shown (Holm p {fmt_p(used[1])})"
+    assert md_cells(grid, "learned_2d/stem")[-1] == "used, gain not shown" and "ignored" not in grid
     assert "val/shuffle_drop" in pd.read_csv(out / "runs.csv").columns
 
     older = tmp_path / "older"  # records from before the metric: no column, no sentence, as the tables were

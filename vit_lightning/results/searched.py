@@ -9,6 +9,7 @@ from vit_lightning.identity import same
 from vit_lightning.results.optimum import fmt_lr, optimum
 from vit_lightning.results.render import Report, Table
 from vit_lightning.results.shapes import Data, fmt_value, label, report
+from vit_lightning.results.verdicts import CAPTION
 
 
 def _of(frame: pd.DataFrame, values: dict) -> pd.DataFrame:
@@ -38,7 +39,7 @@ def build_search(data: Data) -> Report:
     table = Table(f"{prof.search['method']} search of {label(key)} against the {name} grid, per {corner}",
                   [corner, "trials (stopped early)", "epochs", f"best {label(key)}", "its accuracy",
                    f"{name}: trials", f"{name}: epochs", "fitted optimum", "95% interval", "best inside"], [])
-    spent, inside, outside = [0, 0, 0, 0], 0, []
+    spent, inside, outside, found = [0, 0, 0, 0], 0, [], {}
     for seed, block in enumerate(prof.grids):
         values = {k: block[k][0] for k in setup}
         mine = _of(data.runs, values)
@@ -50,6 +51,8 @@ def build_search(data: Data) -> Report:
         hit = judged and fit.low <= best[key] <= fit.high
         label_ = "/".join(fmt_value(v) for v in values.values())
         inside, outside = inside + hit, outside + ([label_] if judged and not hit else [])
+        found[label_] = ("inside the grid's interval" if hit else "outside the grid's interval") if judged else \
+            "not settled (no best point or no interval)"
         row = [len(mine), _epochs(data, mine), len(theirs), _epochs(grid, theirs) if grid else 0]
         spent = [a + b for a, b in zip(spent, row)]
         stopped = int((mine["status"] == "stopped_early").sum())
@@ -66,4 +69,5 @@ def build_search(data: Data) -> Report:
              f"single run: no interval); fitted optimum and its 95% interval: the {name} grid table's (a parabola in "
              f"log10({label(key)}) through its best grid point and neighbours, parametric bootstrap over its seeds); "
              "trials stopped early by hyperband count in the spend, not as finished")
-    return report(data, [table], tests, seen)
+    grid_verdicts = Table(CAPTION, ["cell", f"best {label(key)} found"], [[k, v] for k, v in found.items()])
+    return report(data, [table], tests, seen, verdicts=grid_verdicts)

@@ -190,11 +190,12 @@ def excluded(data: Data) -> Table:
     return Table("Runs not averaged", ["run", *map(label, keys), "seed", "status", "why", "error"], rows)
 
 
-def report(data: Data, tables: list[Table], tests: str, seen: str, figures=()) -> Report:
+def report(data: Data, tables: list[Table], tests: str, seen: str, figures=(), verdicts: Table | None = None,
+           notes: list[str] = ()) -> Report:
     ab, prof = data.ablation, data.profile
     again = f" --compare-with {data.other_source}" if data.other is not None else ""
     return Report(ab.title, f"vit-ablate table {ab.name} --profile {prof.name}{data.flags}{again}",
-                  header(data, tests, seen), tables, excluded(data), list(figures))
+                  header(data, tests, seen), tables, excluded(data), list(figures), verdicts, list(notes))
 
 
 # ---- table shapes -------------------------------------------------------------------------------
