@@ -4,6 +4,7 @@ committed record gives way to another run's only when asked, and the tables buil
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -113,3 +114,30 @@ def test_tables_built_from_rewritten_records_are_rebuilt(tmp_path, monkeypatch):
     after = snapshot(out)
     for name in ("acc/table.md", "acc/runs.csv", "replicate/table.md"):
         assert after[name] != before[name] and after[name] == (fresh / name).read_bytes(), name
+
+
+def test_the_main_job_with_replace_leaves_the_committed_results_consistent(tmp_path, monkeypatch):
+    """The README's main job on a copy of results/pos_encoding: another draw of its 56 trials, tabulated with
+    --replace, leaves every table in the folder equal to the one made afresh from the records it holds (what
+    tests/test_committed_results.py checks), the few-shot and replicate tables included."""
+    committed = Path(__file__).resolve().parent.parent / "results" / "pos_encoding"
+    out = tmp_path / "results" / "pos_encoding"
+    shutil.copytree(committed, out, ignore=shutil.ignore_patterns("*.png", "figures"))
+    for k, path in enumerate(sorted((committed / "records").glob("*.json"))):
+        record = json.loads(path.read_text())
+        record["started_at"] = "2030-01-01T00:00:00+00:00"  # another run of the same trial
+        for metric in ("val/acc_best", "val/fewshot5"):
+            record["metrics"][metric] = round(record["metrics"][metric] - 0.001 * (k % 7), 6)
+        run = tmp_path / "runs" / "pos_encoding" / "demo" / record["name"]
+        run.mkdir(parents=True)
+        (run / "results.json").write_text(json.dumps(record))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["pos_encoding", "--no-figures", "--replace"]) == 0
+    for folder, argv in (("", []), ("fewshot5", ["--metric", "val/fewshot5"]),
+                         ("replicate", ["--profile", "replicate", "--compare-with", "results/pos_encoding"])):
+        fresh = tmp_path / "fresh" / (folder or "demo")
+        shutil.copytree(out / ("replicate" if folder == "replicate" else "") / "records", fresh / "records")
+        assert cli.main(["pos_encoding", "--runs", "none", "--out", str(fresh), "--no-figures", *argv]) == 0
+        for name in ("table.md", "runs.csv"):
+            assert (out / folder / name).read_text() == (fresh / name).read_text(), f"{folder}/{name}"
+        assert (out / folder / "table.md").read_bytes() != (committed / folder / "table.md").read_bytes()
