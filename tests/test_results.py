@@ -67,7 +67,10 @@ def table(ab: Ablation, tmp_path: Path) -> tuple[Path, str]:
 
 
 def md_cells(md: str, first: str) -> list[str]:
-    """The cells of the markdown table row whose first cell is `first` (first such row)."""
+    """The cells of the markdown table row whose first cell is `first` (first such row), past the verdict grid a
+    whole table opens with (read it by passing its section alone)."""
+    if "## Verdicts" in md and "\n- **Source:**" in md:
+        md = md[:md.index("## Verdicts")] + md[md.index("\n- **Source:**"):]
     for line in md.splitlines():
         cells = [c.strip() for c in line.strip("|").split(" | ")]
         if line.startswith("|") and cells[0] == first:

@@ -102,7 +102,7 @@ def checked(record: dict, path: Path, warn) -> dict | None:
     problems += dropped
     out["eval"] = _evals(_mapping(record, "eval", problems), problems)
     out["history"] = _history(record.get("history"), problems)
-    if record.get("schema") != SCHEMA:  # a newer (or hand-made) layout: its fields may mean something else
+    if record.get("schema", SCHEMA) != SCHEMA:  # another layout: its fields may mean something else (none: by hand)
         problems.append(f"schema: {record.get('schema')!r} is not the record schema this version reads ({SCHEMA})")
     if not isinstance(record.get("status"), str):
         problems.append(f"status: {_what(record.get('status'))}")
