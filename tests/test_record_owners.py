@@ -62,7 +62,7 @@ def test_a_second_profile_never_replaces_the_first_profiles_records_or_table(tmp
     assert f"{out} holds the table of `vit-ablate table owners --profile demo`" in capsys.readouterr().err
     assert table(ab, "--profile", "pilot", "--runs", str(root), "--out", str(out), "--replace") == 0  # asked
     err = capsys.readouterr().err
-    assert err.count("vit-ablate table: added") == 6 and "replaced" not in err  # named one by one, beside the demo's
+    assert err.count("vit-ablate table: added the pilot record") == 6 and "replaced" not in err  # named one by one, beside the demo's
     assert "--profile pilot" in (out / "table.md").read_text()
     assert table(ab, "--runs", str(tmp_path / "none"), "--out", str(out), "--replace") == 0  # the demo's, again
     now = snapshot(out)
@@ -84,7 +84,7 @@ def test_the_same_trials_run_again_replace_the_stored_records_only_when_asked(tm
     assert snapshot(out) == first and "kept 6 finished record(s) of other runs" in err and "--replace" in err
     assert table(ab, "--runs", str(root), "--replace") == 0
     err = capsys.readouterr().err
-    assert sorted(line.split("/")[-1] for line in err.splitlines() if "table: replaced" in line) == sorted(
+    assert sorted(line.split()[6] for line in err.splitlines() if "table: replaced the demo record" in line) == sorted(
         f"{e}-s{s}" for e in FIRST for s in (0, 1, 2))
     assert "0.6100 ± 0.0100 (n=3)" in (out / "table.md").read_text()  # none: 0.6, 0.61, 0.62
 

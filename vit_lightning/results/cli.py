@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     done = {}
     for name in [args.profile, *stages(ab, args.profile)]:  # the controls and selections its table reads, beside it
-        done.update(collect(Path(args.runs), ab.name, name, out / "records", args.replace))
+        done.update({(name, n): a for n, a in collect(Path(args.runs), ab.name, name, out / "records",
+                                                      args.replace).items()})
     if args.wandb:
         try:
             fetched, skipped = fetch_wandb(args.wandb, ab.name, args.profile, out / "records", replace=args.replace)
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vit-ablate table: could not fetch W&B runs of {' '.join(args.wandb)}: {text[:300]}",
                   file=sys.stderr)
             return 2
-        done.update(fetched)
+        done.update({(args.profile, n): a for n, a in fetched.items()})
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
         print(f"W&B: {len(fetched) + sum(skipped.values())} run(s) read, {len(fetched)} stored"
               + (f", {sum(skipped.values())} skipped ({why})" if skipped else ""), file=sys.stderr)
@@ -110,17 +111,19 @@ def check_owner(out: Path, ablation: str, profile: str, flags: str, replace: boo
             ablation, profile, flags.removeprefix(" --metric ")):
         return
     raise ValueError(f"{out} holds the table of `vit-ablate table {made[0]} --profile {made[1]}"
-                     f"{''.join(f' {k} {v}' for k, v in made[2].items())}`; give another --out (the {profile} "
-                     f"table's own folder is {default_out(ablation, profile)}), or --replace to write over that "
-                     f"table (its records stay)")
+                     f"{''.join(f' {k} {v}' for k, v in made[2].items())}`; give another --out ("
+                     + (f"a folder of its own, e.g. {out / 'fewshot5'}" if flags else
+                        f"the {profile} table's own folder is {default_out(ablation, profile)}")
+                     + "), or --replace to write over that table (its records stay)")
 
 
-def say_stored(done: dict[str, str], records: Path) -> None:
-    """One line per record added, updated or replaced, and what was kept (another run's finished record)."""
-    for name, action in sorted(done.items()):
+def say_stored(done: dict[tuple[str, str], str], records: Path) -> None:
+    """One line per record added, updated or replaced ((profile, trial) -> what happened), and what was kept
+    (another run's finished record)."""
+    for (profile, name), action in sorted(done.items()):
         if action != "kept":
-            print(f"vit-ablate table: {action} {records / name}", file=sys.stderr)
-    kept = sorted(name for name, action in done.items() if action == "kept")
+            print(f"vit-ablate table: {action} the {profile} record {name} in {records}", file=sys.stderr)
+    kept = sorted(name for (_, name), action in done.items() if action == "kept")
     if kept:
         print(f"vit-ablate table: kept {len(kept)} finished record(s) of other runs in {records} ({', '.join(kept[:3])}"
               f"{', ...' if len(kept) > 3 else ''}): these runs' records are not tabulated; --replace replaces them",
