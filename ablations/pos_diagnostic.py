@@ -53,6 +53,12 @@ ABLATION = Ablation(
               "relative": "the relative and rotary encodings at least as good as the learned tables, and keeping "
                           "their accuracy on the larger canvases",
               "position_free": "every encoding equivalent to none"},
+    expected_verdicts={"absolute": {"none": "baseline, at chance", **{e: "answers" for e in ENCODINGS[1:]}},
+                       "relative": {e: "answers" for e in ("relative_1d", "relative_bias_2d", "rope_axial", "rope_mixed")},
+                       "position_free": {e: "equivalent" for e in ENCODINGS[1:]}},
+    chance=0.25,
+    equivalence_note="±0.02 is 16 of the 800 validation images, about one run's binomial standard error on them "
+                     "(0.018 at accuracy 0.5): a smaller difference is one the validation set cannot resolve",
     columns=SHUFFLE_COLUMN,
     reference={},
     reference_note="no published numbers: the tasks are ours; chance is 0.25 on every task",

@@ -107,6 +107,7 @@ ABLATION = Ablation(
     cols=INJ,
     layout="grid",
     baseline={ENC: "none"},  # the paper's claim: every other cell beats it
+    expected_verdicts={"": {"*": "beats none"}},  # Table 8: any encoding beats none
     columns=SHUFFLE_COLUMN,  # whether a cell uses position at all: an ignored encoding from one that does not help
     column_notes=SHUFFLE_NOTE,
     # where a profile has both (peg_padding): PEG's zero border against none, its neighbourhood kept

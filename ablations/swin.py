@@ -64,6 +64,7 @@ ABLATION = Ablation(
     cols=SHIFT,
     layout="grid",
     baseline={ENC: "none"},  # in the paper every other cell beats no position encoding
+    expected_verdicts={"": {"*": "beats none"}},
     columns=SHUFFLE_COLUMN,  # windows use the layout too: none drops here, unlike a ViT without encoding
     column_notes=SHUFFLE_NOTE,
     # Table 4's first half: the shift alone, both with the relative bias (the grid tests each cell against none)

@@ -57,9 +57,14 @@ def test_a_panel_table_tests_each_task_against_its_own_baseline_and_says_what_is
             write_run(tmp_path / "runs", ab, {ENC: enc, TASK: task}, seed, acc + 0.001 * (seed - 2))
     _, md = table(ab, tmp_path)
     assert "Ours beside the paper (bold: the best of each task)" in md
-    assert md_cells(md, "none")[1:] == ["0.2500 ± 0.0016 (n=5)", "0.9500 ± 0.0016 (n=5)"]
-    assert md_cells(md, "learned_1d")[1:] == ["0.8000 ± 0.0016 (n=5)", "**0.9510 ± 0.0016 (n=5)**"]
-    assert md_cells(md, "rope_axial")[1:] == ["**0.9000 ± 0.0016 (n=5)**", "0.9000 ± 0.0016 (n=5)"]
+    verdicts, grid = md[md.index("## Verdicts"):md.index("- **Source")], md.split("## Ours beside the paper")[1]
+    assert md_cells(grid, "none")[1:] == ["0.2500 ± 0.0016 (n=5)", "0.9500 ± 0.0016 (n=5)"]
+    assert md_cells(grid, "learned_1d")[1:] == ["0.8000 ± 0.0016 (n=5)", "**0.9510 ± 0.0016 (n=5)**"]
+    assert md_cells(grid, "rope_axial")[1:] == ["**0.9000 ± 0.0016 (n=5)**", "0.9000 ± 0.0016 (n=5)"]
+    # the verdict grid: each task a question; equivalence near the ceiling (0.95 is not within 0.02 of 1) unqualified
+    assert md_cells(verdicts, "cell") == ["cell", "absolute: vs none", "position_free: vs none"]
+    assert md_cells(verdicts, "learned_1d")[1:] == ["beats none", "equivalent to none"]
+    assert md_cells(verdicts, "rope_axial")[1:] == ["beats none", "below none"]
     absolute = md.split("task=absolute: Each cell against the baseline none")[1].split("task=position_free")[0]
     free = md.split("task=position_free: Each cell against the baseline none")[1]
     assert md_cells(absolute, "pos_encoding")[:10] == ["pos_encoding", "accuracy", "Δ vs none", "p", "Holm p",

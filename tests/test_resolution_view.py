@@ -107,33 +107,47 @@ DAMAGE = {  # (encoding, seed) -> what is wrong in that run's record, and the ke
 
 
 def test_malformed_and_non_finite_entries_are_skipped_one_line_each_and_listed(tmp_path, capsys):
-    """One validating loader for every record: never a traceback, never nan ± nan; each bad entry named by file
-    and key, left out, and listed under "Runs not averaged"."""
-    ab = make("resolution", ENC, None, [{ENC: ["none", "learned_1d"]}], seeds=(0, 1, 2), baseline={ENC: "none"})
+    """One validating loader for every record: never a traceback, never a nan cell, never averaged in silence; each
+    bad entry named by file and key, and its run listed under "Runs not averaged" with why, in no cell at all."""
+    ab = make("resolution", ENC, None, [{ENC: ["none", "learned_1d"]}], seeds=(0, 1, 2, 3), baseline={ENC: "none"})
     paths = {}
-    for (encoding, seed), (damage, _) in DAMAGE.items():
-        name = write_run(tmp_path / "runs", ab, {ENC: encoding}, seed, 0.9, **{"model.img_size": 28})
+    for (encoding, seed), (damage, _) in {**DAMAGE, ("none", 3): (None, ""), ("learned_1d", 3): (None, "")}.items():
+        name = write_run(tmp_path / "runs", ab, {ENC: encoding}, seed, 0.9 if damage else 0.75,
+                         **{"model.img_size": 28})
         paths[encoding, seed] = path = tmp_path / "runs/resolution/demo" / name / "results.json"
         record = json.loads(path.read_text())
-        record["metrics"]["val/acc"] = 0.8
-        record["eval"] = {"mnist5k@21px": {"val/acc": 0.5}, "mnist5k@56px": {"val/acc": 0.25}}
-        damage(record)
+        record["metrics"]["val/acc"] = 0.8 if damage else 0.7
+        record["eval"] = {"mnist5k@21px": {"val/acc": 0.5 if damage else 0.4}, "mnist5k@56px": {"val/acc": 0.25}}
+        if damage:
+            damage(record)
         path.write_text(json.dumps(record))
     capsys.readouterr()
     _, md = table(ab, tmp_path)
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "nan ±" not in md and "± nan" not in md
+    assert "Traceback" not in err and "nan" not in md.replace("nan is not a finite number", "")
     for (encoding, seed), (_, key) in DAMAGE.items():
         [line] = [line for line in err.splitlines() if key in line]
-        assert f"{paths[encoding, seed].parent.name}.json: {key}" in line and "skipped" in line
+        assert f"{paths[encoding, seed].parent.name}.json: {key}" in line and "not averaged" in line
     view = md.split("evaluated at other image sizes (columns, px) without fine-tuning")[1]
-    # none: 21 px from s0 only (s1's entry a string; s2 not averaged, its metric a string), 56 px from s1 only
-    assert md_cells(view, "none") == ["none", "0.5000 (n=1)", "**0.8000 ± 0.0000 (n=2)**", "0.2500 (n=1)"]
-    # learned_1d: 21 px from s1, s2 (s0's a string); 28 px: s1's size unreadable; 56 px: s2's NaN left out
-    assert md_cells(view, "learned_1d") == ["learned_1d", "0.5000 ± 0.0000 (n=2)", "**0.8000 ± 0.0000 (n=2)**",
-                                            "0.2500 ± 0.0000 (n=2)"]
+    # only the undamaged seed 3 of each cell is averaged, in every column (its own numbers: 0.4, 0.7, 0.25)
+    for encoding in ("none", "learned_1d"):
+        assert md_cells(view, encoding)[1:] in (["0.4000 (n=1)", "0.7000 (n=1)", "0.2500 (n=1)"],
+                                                ["0.4000 (n=1)", "**0.7000 (n=1)**", "0.2500 (n=1)"])
     excluded = md.split("Runs not averaged")[1]
-    none2 = md_cells(excluded, DAMAGE and paths["none", 2].parent.name)
+    none2 = md_cells(excluded, paths["none", 2].parent.name)
     assert "no metric (metrics['val/acc_best']: '0.85' is not a number)" in none2
-    row = md_cells(excluded, paths["none", 0].parent.name)
-    assert any("skipped: eval['mnist5k@56px']: a list" in cell for cell in row)
+    for (encoding, seed), (_, key) in DAMAGE.items():
+        if (encoding, seed) != ("none", 2):
+            assert any(f"unreadable: {key}" in cell for cell in md_cells(excluded, paths[encoding, seed].parent.name))
+
+
+def test_a_record_of_an_unknown_schema_is_listed_not_averaged(tmp_path, capsys):
+    """A record written in another schema may mean other things by the same keys: listed with why, not averaged."""
+    ab = make("resolution", ENC, None, [{ENC: ["none"]}], seeds=(0, 1), baseline={ENC: "none"})
+    names = [write_run(tmp_path / "runs", ab, {ENC: "none"}, seed, acc) for seed, acc in ((0, 0.6), (1, 0.9))]
+    path = tmp_path / "runs/resolution/demo" / names[1] / "results.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "schema": 2}))
+    _, md = table(ab, tmp_path)
+    assert md_cells(md.split("- **Source")[1], "none")[1] == "**0.6000 (n=1)**"  # seed 1's 0.9 is not averaged in
+    why = md_cells(md.split("Runs not averaged")[1], names[1])
+    assert any("unreadable: schema: 2 is not the record schema this version reads (1)" in c for c in why)

@@ -67,7 +67,10 @@ def table(ab: Ablation, tmp_path: Path) -> tuple[Path, str]:
 
 
 def md_cells(md: str, first: str) -> list[str]:
-    """The cells of the markdown table row whose first cell is `first` (first such row)."""
+    """The cells of the markdown table row whose first cell is `first` (first such row), past the verdict grid a
+    whole table opens with (read it by passing its section alone)."""
+    if "## Verdicts" in md and "\n- **Source:**" in md:
+        md = md[:md.index("## Verdicts")] + md[md.index("\n- **Source:**"):]
     for line in md.splitlines():
         cells = [c.strip() for c in line.strip("|").split(" | ")]
         if line.startswith("|") and cells[0] == first:
@@ -528,18 +531,49 @@ def test_collect_copies_json_and_newer_record_wins(tmp_path):
     cell = {ENC: "none", INJ: "stem"}
     name = write_run(runs, POS, cell, 0, None, status="running", name="r0", hour=9)
     (runs / "pos_encoding" / "demo" / "r0" / "last.ckpt").write_bytes(b"weights")
-    assert store.collect(runs, "pos_encoding", "demo", dest) == ["r0"]
+    assert store.collect(runs, "pos_encoding", "demo", dest) == {"r0": "added"}
     assert sorted(p.name for p in dest.iterdir()) == ["r0.json"]  # JSON only, no temp files left
     src = runs / "pos_encoding" / "demo" / name / "results.json"
     assert (dest / "r0.json").read_bytes() == src.read_bytes()  # copied byte for byte
-    write_run(runs, POS, cell, 0, 0.5, name="r0", hour=11)  # the run finished: newer wins
-    assert store.collect(runs, "pos_encoding", "demo", dest) == ["r0"]
+    write_run(runs, POS, cell, 0, 0.5, name="r0", hour=11)  # a retry finished: an unfinished record gives way
+    assert store.collect(runs, "pos_encoding", "demo", dest) == {"r0": "replaced"}
     assert json.loads((dest / "r0.json").read_text())["status"] == "completed"
     write_run(runs, POS, cell, 0, None, status="failed", name="r0", hour=8)  # an older record loses
-    assert store.collect(runs, "pos_encoding", "demo", dest) == []
+    assert store.collect(runs, "pos_encoding", "demo", dest) == {}
     assert json.loads((dest / "r0.json").read_text())["status"] == "completed"
     (runs / "pos_encoding" / "demo" / "r0" / "results.json").write_text("{half a rec")  # skipped, not fatal
-    assert store.collect(runs, "pos_encoding", "demo", dest) == [] and len(list(dest.iterdir())) == 1
+    assert store.collect(runs, "pos_encoding", "demo", dest) == {} and len(list(dest.iterdir())) == 1
+
+
+def test_a_finished_record_of_another_run_is_replaced_only_when_asked(tmp_path):
+    """The same trial run again (another start time) keeps the stored finished record unless --replace; the same
+    run's newer record (an evaluation added to it) updates it."""
+    runs, dest = tmp_path / "runs", tmp_path / "records"
+    write_run(runs, POS, {ENC: "none", INJ: "stem"}, 0, 0.5, name="r0", hour=10)
+    assert store.collect(runs, "pos_encoding", "demo", dest) == {"r0": "added"}
+    kept = (dest / "r0.json").read_bytes()
+    write_run(runs, POS, {ENC: "none", INJ: "stem"}, 0, 0.7, name="r0", hour=12)  # another run, newer and better
+    assert store.collect(runs, "pos_encoding", "demo", dest) == {"r0": "kept"}
+    assert (dest / "r0.json").read_bytes() == kept
+    assert store.collect(runs, "pos_encoding", "demo", dest, replace=True) == {"r0": "replaced"}
+    assert json.loads((dest / "r0.json").read_text())["metrics"]["val/acc_best"] == 0.7
+    src = runs / "pos_encoding" / "demo" / "r0" / "results.json"
+    src.write_text(json.dumps({**json.loads(src.read_text()), "updated_at": "2024-01-02T00:00:00"}))
+    assert store.collect(runs, "pos_encoding", "demo", dest) == {"r0": "updated"}
+    assert (dest / "r0.json").read_bytes() == src.read_bytes()
+
+
+def test_records_of_two_profiles_with_one_trial_name_are_both_kept(tmp_path):
+    """A record belongs to (ablation, profile, trial): another profile's record of the same name goes to its own
+    file, and each profile's table reads its own."""
+    runs, dest = tmp_path / "runs", tmp_path / "records"
+    write_run(runs, POS, {ENC: "none", INJ: "stem"}, 0, 0.5, name="r0", hour=10)
+    write_run(runs, POS, {ENC: "none", INJ: "stem"}, 0, 0.9, name="r0", hour=12, profile="pilot")
+    assert store.collect(runs, "pos_encoding", "demo", dest) == {"r0": "added"}
+    assert store.collect(runs, "pos_encoding", "pilot", dest, replace=True) == {"r0": "added"}
+    assert sorted(p.name for p in dest.iterdir()) == ["r0.json", "r0.pos_encoding.pilot.json"]
+    held = {(r["profile"], r["metrics"]["val/acc_best"]) for r in store.load_records(dest)}
+    assert held == {("demo", 0.5), ("pilot", 0.9)}
 
 
 def test_duplicates_and_stale_settings_are_not_averaged(tmp_path):
@@ -665,8 +699,11 @@ def test_the_shuffle_drop_tells_an_ignored_encoding_from_one_that_does_not_help(
             "epoch in 0 of 12 runs, elsewhere at most 0.0100 above the final weights' (val/acc); none/stem +0.0000), "
             "each cell's drop against none/stem's (Welch, Holm): the encoding is used and helps: learned_1d/stem "
             "(+0.2100); used; gain not shown (Holm p of its accuracy against none/stem's; no proof that it does not "
-            f"help): learned_2d/stem (+0.1100; Holm p {fmt_p(gain)}); the encoding is ignored (drop within seed "
-            "noise of none/stem's): relative_1d/stem (+0.0010)") in md
+            f"help): learned_2d/stem (+0.1100; Holm p {fmt_p(gain)}); use not shown (drop within seed noise of "
+            f"none/stem's; Holm p of the drops): relative_1d/stem (+0.0010; Holm p {fmt_p(used[1])})") in md
+    grid = md[md.index("## Verdicts"):md.index("- **Source")]  # the same verdicts, one cell a row
+    assert md_cells(grid, "relative_1d/stem")[-1] == f"use not shown (Holm p {fmt_p(used[1])})"
+    assert md_cells(grid, "learned_2d/stem")[-1] == "used, gain not shown" and "ignored" not in grid
     assert "val/shuffle_drop" in pd.read_csv(out / "runs.csv").columns
 
     older = tmp_path / "older"  # records from before the metric: no column, no sentence, as the tables were

@@ -72,8 +72,12 @@ def test_an_ignored_encoding_carries_its_grid_and_largest_bias_and_peg_its_cavea
             _edit(tmp_path / "runs", ab, name, metrics={"val/shuffle_drop": drops[enc][seed]},
                   compute={LARGEST_BIAS: bias} if enc == "alibi_2d" and seed else {})  # seed 0 predates the fact
     _, md = table(ab, tmp_path)
-    assert ("the encoding is ignored at a 4x4 grid (drop within seed noise of none/stem's): alibi_2d/stem (+0.0000; "
-            "largest bias per head 1.06, 0.27, 0.07, 0.02 logits)") in md
+    assert ("ignored at a 4x4 grid: its distance bias spans few logits at this grid (drop within seed noise of "
+            "none/stem's, accuracy not above it): alibi_2d/stem (+0.0000; largest bias per head 1.06, 0.27, 0.07, "
+            "0.02 logits)") in md
+    grid = md[md.index("## Verdicts"):md.index("- **Source")]
+    assert md_cells(grid, "alibi_2d/stem")[-1] == "ignored at a 4x4 grid" and md_cells(grid, "peg/stem")[-1] == (
+        "used, helps")
     assert f"what else a shuffle changes: peg/stem: {shuffle_caveat({'pos_encoding': 'peg'})}" in md
     assert "so the drop mixes position (the zero border) with neighbourhood content" in md
 

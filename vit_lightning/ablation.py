@@ -126,6 +126,11 @@ class Ablation:
     # > 0: beside each test of a difference, two one-sided tests (TOST) of equivalence within +- this accuracy
     equivalence_margin: float = 0.0
     expected: dict[str, str] = field(default_factory=dict)  # panel value -> the pattern expected, beside the measured
+    # panel value ('' without a panel) -> {cell name, or '*' for every cell but the baseline: the verdict expected},
+    # beside the measured one in the verdict grid
+    expected_verdicts: dict[str, dict[str, str]] = field(default_factory=dict)
+    chance: float | None = None  # the accuracy of a guess, where the task fixes it: 'at chance' in the verdict grid
+    equivalence_note: str = ""  # why the equivalence margin is what it is (the verdict grid says it)
     # direct comparisons besides those against the baseline and the best: name -> (cell, the cell it is tested
     # against), each a partial cell ({key: value}) that matches one designed cell; one Welch test each, Holm over them
     pairs: dict[str, tuple[dict, dict]] = field(default_factory=dict)

@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from vit_lightning.run.record import SCHEMA
+
 SKIPPED = "_skipped"  # the entries dropped from a record, as "key: why" (for "Runs not averaged")
 COMPUTE_NUMBERS = ("params", "gflops_per_image", "train_images_per_s", "wall_s")
 SIZE = "model.img_size"
@@ -100,10 +102,12 @@ def checked(record: dict, path: Path, warn) -> dict | None:
     problems += dropped
     out["eval"] = _evals(_mapping(record, "eval", problems), problems)
     out["history"] = _history(record.get("history"), problems)
+    if record.get("schema", SCHEMA) != SCHEMA:  # another layout: its fields may mean something else (none: by hand)
+        problems.append(f"schema: {record.get('schema')!r} is not the record schema this version reads ({SCHEMA})")
     if not isinstance(record.get("status"), str):
         problems.append(f"status: {_what(record.get('status'))}")
         out["status"] = "unknown"
     for problem in problems:
-        warn(f"{path}: {problem}; skipped (the run's other numbers are used)")
+        warn(f"{path}: {problem}; the run is not averaged (listed under 'Runs not averaged')")
     out[SKIPPED] = problems
     return out

@@ -50,10 +50,11 @@ def _why_not_used(rec: dict, cell: int, metric: float, profile: Any, metric_name
         return "settings differ from the profile: " + ", ".join(changed)
     if cell < 0 and not getattr(profile, "search", None):  # a searched profile's points are its own
         return "not a designed cell"
-    if math.isfinite(metric):
-        return ""
-    why = [p for p in rec.get(SKIPPED) or [] if p.startswith(f"metrics[{metric_name!r}]")]
-    return f"no metric ({why[0]})" if why else "no metric"
+    problems = rec.get(SKIPPED) or []
+    why = [p for p in problems if p.startswith(f"metrics[{metric_name!r}]")]
+    if not math.isfinite(metric):
+        return f"no metric ({why[0]})" if why else "no metric"
+    return f"unreadable: {'; '.join(problems)}" if problems else ""  # NaN anywhere: none of its numbers are used
 
 
 def runs_frame(ablation: Any, profile: Any, records: list[dict]) -> pd.DataFrame:
@@ -74,11 +75,10 @@ def runs_frame(ablation: Any, profile: Any, records: list[dict]) -> pd.DataFrame
                      **{m: number(metrics.get(m)) for m in extra},
                      **{k: compute.get(k) for k in COMPUTE}, "cell": index,
                      "note": _why_not_used(rec, index, metric, profile, ablation.metric),
-                     "skipped": "; ".join(p for p in rec.get(SKIPPED) or [] if not p.startswith(f"metrics[{ablation.metric!r}]")),
                      "error": (rec.get("error") or "").splitlines()[0][:200] if rec.get("error") else "",
                      "time": record_time(rec)})
     columns = ["name", "status", *keys, "seed", *(["replicate"] if replicates else []), ablation.metric, *extra,
-               "val/acc", *COMPUTE, "cell", "note", "skipped", "error", "time"]
+               "val/acc", *COMPUTE, "cell", "note", "error", "time"]
     frame = pd.DataFrame(rows, columns=list(dict.fromkeys(columns)))
     frame = frame.drop(columns=[m for m in extra if m in frame and frame[m].isna().all()])  # no record holds it yet
     frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").round().astype("Int64")

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from vit_lightning.bookkeeping import SHUFFLE_DROP
-from vit_lightning.results import further, pairs, plots, position_use
+from vit_lightning.results import further, pairs, plots, position_use, verdicts
 from vit_lightning.results.frame import best_of
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.results.patch_transfer import PATCH, transfer_tables
@@ -187,38 +187,70 @@ def _drops(data: Data) -> dict[int, list[float]]:
             for i in data.cells.index}
 
 
-def _position_use(data: Data) -> str | None:
-    """Which cells use position (a shuffle drop above the baseline's by more than seed noise), and whether that
-    helps (accuracy above the baseline's): an encoding that is ignored from one that does not help. None: unmeasured."""
+def _use_groups(data: Data) -> tuple | None:
+    """Each cell's position use, from its shuffle drop against the baseline's: (groups {kind: cell indices}, drop
+    comparisons, accuracy comparisons, the baseline's mean drop); None when unmeasured. An encoding is called ignored
+    only where its records state why the grid hides it (a distance bias too weak at this grid) and its accuracy does
+    not beat the baseline's; elsewhere its use is 'not shown'."""
     base = _baseline(data)
     if SHUFFLE_DROP not in measured(data.ablation.columns, data.cells) or base is None:
         return None
     if not (drops := _drops(data))[base]:
         return None
-    cells, names = data.cells, _names(data)
-    base_drop = sum(drops[base]) / len(drops[base])
-    others = [i for i in cells.index if i != base and drops[i]]
+    others = [i for i in data.cells.index if i != base and drops[i]]
     used = dict(zip(others, compare([drops[i] for i in others], drops[base])))
-    accuracy = _family(cells, others, base, "baseline")
+    accuracy = _family(data.cells, others, base, "baseline")
     groups: dict[str, list[int]] = {}
     for i in others:
         gain = accuracy[i].outcome if used[i].holm is not None and used[i].outcome == "higher" else None
-        key = ("untested" if used[i].holm is None else "ignored" if gain is None else
+        hidden = position_use.largest_bias(data, i) and accuracy[i].outcome != "higher"
+        key = ("untested" if used[i].holm is None else ("ignored" if hidden else "unshown") if gain is None else
                {"higher": "helps", "lower": "lower"}.get(gain, "no gain"))
         groups.setdefault(key, []).append(i)
-    ref, parts = names[base], []
+    return groups, used, accuracy, sum(drops[base]) / len(drops[base])
+
+
+USE_WORDS = {"helps": "used, helps", "no gain": "used, gain not shown", "lower": "used, below {ref}",
+             "untested": "not settled (n<2)"}
+
+
+def _use_words(data: Data, use: tuple) -> dict[int, str]:
+    """Each cell's position use in a few words, for the verdict grid."""
+    groups, used, _, _ = use
+    ref = _names(data)[_baseline(data)]
+    at = position_use.grid(data, groups.get("ignored", []))
+    words = {**{k: w.format(ref=ref) for k, w in USE_WORDS.items()},
+             "ignored": f"ignored at a {at} grid" if at else "ignored"}
+    out = {i: words[k] for k, cells in groups.items() if k != "unshown" for i in cells}
+    return {**out, **{i: f"use not shown (Holm p {fmt_p(used[i].holm)})" for i in groups.get("unshown", [])}}
+
+
+def _position_use(data: Data, use: tuple | None) -> str | None:
+    """Which cells use position (a shuffle drop above the baseline's by more than seed noise), and whether that
+    helps (accuracy above the baseline's): an encoding that is ignored from one that does not help. None: unmeasured."""
+    if use is None:
+        return None
+    groups, used, accuracy, base_drop = use
+    names = _names(data)
+    ref = names[_baseline(data)]
+    others = sorted(i for cells in groups.values() for i in cells)
+    drop = lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f}"  # noqa: E731
     text = {  # each cell's drop, and what its verdict rests on
-        "helps": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f})",
-        "no gain": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f}; Holm p {fmt_p(accuracy[i].holm)})",
-        "lower": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f}; Holm p {fmt_p(accuracy[i].holm)})",
-        "ignored": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f}{position_use.largest_bias(data, i)})",
-        "untested": lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f})"}
+        "helps": lambda i: f"{drop(i)})",
+        "no gain": lambda i: f"{drop(i)}; Holm p {fmt_p(accuracy[i].holm)})",
+        "lower": lambda i: f"{drop(i)}; Holm p {fmt_p(accuracy[i].holm)})",
+        "unshown": lambda i: f"{drop(i)}; Holm p {fmt_p(used[i].holm)})",
+        "ignored": lambda i: f"{drop(i)}{position_use.largest_bias(data, i)})",
+        "untested": lambda i: f"{drop(i)})"}
     at = f" at a {grid} grid" if (grid := position_use.grid(data, groups.get("ignored", []))) else ""
+    parts = []
     for key, what in (("helps", "the encoding is used and helps"),
                       ("no gain", f"used; gain not shown (Holm p of its accuracy against {ref}'s; no proof that it "
                                   "does not help)"),
                       ("lower", f"used; accuracy below {ref}'s (Holm p of its accuracy against {ref}'s)"),
-                      ("ignored", f"the encoding is ignored{at} (drop within seed noise of {ref}'s)"),
+                      ("unshown", f"use not shown (drop within seed noise of {ref}'s; Holm p of the drops)"),
+                      ("ignored", f"ignored{at}: its distance bias spans few logits at this grid (drop within seed "
+                                  f"noise of {ref}'s, accuracy not above it)"),
                       ("untested", "no test (n<2)")):
         if key in groups:
             parts.append(f"{what}: {', '.join(map(text[key], groups[key]))}")
@@ -243,7 +275,7 @@ def build_grid(data: Data) -> Report:
             frame["best"] = pd.concat([best_of(part) for _, part in frame.groupby(ab.panel, sort=False)])
         caption = "Ours beside the paper" + (f" (bold: the best of each {label(ab.panel)})" if ab.panel else "")
         tables.append(grid_table(frame, label(ab.rows), caption, _unique(frame["row"]), _unique(frame["col"])))
-    seen, tests = [], "none: no finished runs to compare"
+    seen, tests, asked, stds = [], "none: no finished runs to compare", [], {}
     for name, part in _panels(data):
         part_tables, part_seen, part_tests = _grid_tests(part, two_d)
         if expected := ab.expected.get(name.partition("=")[2]):
@@ -251,7 +283,36 @@ def build_grid(data: Data) -> Report:
         tables += [dataclasses.replace(t, caption=f"{name}: {t.caption}") if name else t for t in part_tables]
         seen += [f"{name}: {line}" if name else line for line in part_seen]
         tests = part_tests if part_tests.startswith("Welch") else tests
-    return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs")
+        asked += _questions(part, name)
+        stds.update({f"{n} ({name.partition('=')[2]})" if name else n: (part.cells.at[i, "std"], part.cells.at[i, "n"])
+                     for i, n in _names(part).items()})
+    rows = _unique(n for p in _panels(data) for n in _names(p[1]).values())
+    note = verdicts.margin_note(ab.equivalence_margin, ab.equivalence_note, stds)
+    return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs",
+                  verdicts=verdicts.grid(rows, asked), notes=[note] if note else [])
+
+
+def _questions(data: Data, panel: str) -> list[tuple[str, dict[str, str]]]:
+    """One grid's (or panel's) verdict columns: against the baseline (else the best), the expected verdict where
+    the ablation states one, and position use where the shuffle drop is measured."""
+    ab, cells, names = data.ablation, data.cells, _names(data)
+    families, _, _ = _comparisons(data)
+    if not families:
+        return []
+    ref, fam = families[0]
+    ref_index = next(i for i, c in fam.items() if isinstance(c, str))
+    ref = "/".join(map(fmt_value, ab.baseline.values())) if ref != "best" else "the best"
+    means = lambda i: (cells.at[i, "mean"], cells.at[ref_index, "mean"])  # noqa: E731
+    prefix = f"{panel.partition('=')[2]}: " if panel else ""
+    out = [(f"{prefix}vs {ref}", {names[i]: verdicts.versus(c, ref, means(i), ab.equivalence_margin, ab.chance)
+                                  for i, c in fam.items()})]
+    if expected := ab.expected_verdicts.get(panel.partition("=")[2]):
+        wanted = {n: expected.get(n, expected.get("*") if i != ref_index else None) for i, n in names.items()}
+        out.append((f"{prefix}expected", {n: w for n, w in wanted.items() if w}))
+    if use := _use_groups(data):
+        out.append((f"{prefix}position use", {names[_baseline(data)]: "baseline",
+                                              **{names[i]: w for i, w in _use_words(data, use).items()}}))
+    return out
 
 
 def _panels(data: Data) -> list[tuple[str, Data]]:
@@ -292,7 +353,7 @@ def _grid_tests(data: Data, two_d: bool) -> tuple[list[Table], list[str], str]:
         tables, seen = tables + [table], seen + [text]
     if artifacts := _artifacts(data):
         seen.append(artifacts)
-    if use := _position_use(data):
+    if use := _position_use(data, _use_groups(data)):
         seen.append(use)
     if ab.equivalence_margin > 0 and tests.startswith("Welch"):
         tests += "; " + EQUIVALENCE.format(margin=ab.equivalence_margin)
@@ -327,7 +388,8 @@ def build_compute(data: Data) -> Report:
     draw = lambda p: plots.line_plot(p, series, "GFLOPs per image", ab.metric, "Accuracy vs compute",  # noqa: E731
                                      logx=True, annotate={"ours": [names[i] for i in done.index]})
     return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs",
-                  [("accuracy_vs_compute.png", "accuracy vs GFLOPs per image", draw)])
+                  [("accuracy_vs_compute.png", "accuracy vs GFLOPs per image", draw)],
+                  verdicts=verdicts.grid(list(names.values()), _questions(data, "")))
 
 
 def build_lr_sweep(data: Data) -> Report:
@@ -343,8 +405,9 @@ def build_lr_sweep(data: Data) -> Report:
     corner = "/".join(map(label, setup))
     tables = [grid_table(cells, label(lr), f"Accuracy per {label(lr)} (bold: each {corner}'s best)", rows, groups)]
     fits = {g: _fit(cells[(cells["col"] == g) & (cells["n"] > 0)], lr, seed) for seed, g in enumerate(groups)}
-    table, seen = _own_best(cells, lr, corner, bests, fits)
+    table, seen, comps = _own_best(cells, lr, corner, bests, fits)
     seen = "; ".join([seen, *_shown_shift(data.ablation, fits)])
+    grid = verdicts.grid(groups, _lr_questions(cells, lr, bests, comps, fits))
     tables.append(table)
     tests = (f"Welch's t-test (two-sided, scipy ttest_ind with equal_var=False) of each {corner} at its own best "
              f"{label(lr)} against the best of them, Holm-corrected; fitted optimum: the peak of a parabola in "
@@ -357,7 +420,19 @@ def build_lr_sweep(data: Data) -> Report:
     figures = [("lr_curve.png", f"accuracy vs {label(lr)} per {corner}", lambda p: _lr_curve(data, cells, lr, p)),
                ("training_curves.png", "validation accuracy per epoch",
                 lambda p: _training_curves(data, cells, lr, bests, p))]
-    return report(data, tables, tests, seen, figures)
+    return report(data, tables, tests, seen, figures, verdicts=grid)
+
+
+def _lr_questions(cells: pd.DataFrame, lr: str, bests: dict, comps: dict, fits: dict) -> list:
+    """Each set-up's verdicts: at its own best lr against the best set-up, and where its fitted optimum lies."""
+    top = [g for g, b in bests.items() if b is not None and g not in comps]
+    own = {g: "no runs" if b is None else "the best" if g in top else verdicts.versus(comps[g], "the best", (
+        cells.at[b, "mean"], math.nan), 0.0, None) for g, b in bests.items()}
+    optimum = {g: "not settled (fewer than 3 lrs)" if f is None else
+               f"{fmt_lr(f.lr)}" + (", at the grid's edge" if f.edge else "")
+               + (f" ({fmt_lr(f.low)} to {fmt_lr(f.high)})" if f.low else " (no interval: n<2)")
+               for g, f in fits.items()}
+    return [(f"at its own best {label(lr)}", own), (f"fitted optimal {label(lr)} (95% interval)", optimum)]
 
 
 def _fit(done: pd.DataFrame, lr: str, seed: int) -> Optimum | None:
@@ -369,7 +444,7 @@ def _fit(done: pd.DataFrame, lr: str, seed: int) -> Optimum | None:
     return optimum(done[lr].tolist(), done["values"].tolist(), seed) if len(done) >= 3 else None
 
 
-def _own_best(cells: pd.DataFrame, lr: str, corner: str, bests: dict, fits: dict) -> tuple[Table, str]:
+def _own_best(cells: pd.DataFrame, lr: str, corner: str, bests: dict, fits: dict) -> tuple[Table, str, dict]:
     """The table of each set-up at its own best lr, and the sentences saying what it shows."""
     found = {g: b for g, b in bests.items() if b is not None}
     top = max(found, key=lambda g: (cells.at[found[g], "mean"], -list(found).index(g))) if found else None
@@ -389,7 +464,7 @@ def _own_best(cells: pd.DataFrame, lr: str, corner: str, bests: dict, fits: dict
         if g == top:
             table.bold.add((len(table.rows), 2))
         table.rows.append(line)
-    return table, _lr_verdict(cells, lr, found, top, comps, fits)
+    return table, _lr_verdict(cells, lr, found, top, comps, fits), comps
 
 
 def _lr_verdict(cells, lr, found: dict, top, comps: dict, fits: dict) -> str:

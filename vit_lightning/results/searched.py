@@ -13,6 +13,7 @@ from vit_lightning.results.optimum import fmt_lr, optimum
 from vit_lightning.results.render import Report, Table
 from vit_lightning.results.shapes import Data, fmt_acc, fmt_value, label, report
 from vit_lightning.results.stats import ALPHA, fmt_p, holm, summarize, tost_p, welch_p
+from vit_lightning.results.verdicts import CAPTION
 
 
 def _of(frame: pd.DataFrame, values: dict) -> pd.DataFrame:
@@ -65,7 +66,7 @@ def build_search(data: Data) -> Report:
     table = Table(f"{prof.search['method']} search of {label(key)} against the {name} grid, per {corner}",
                   [corner, "trials (stopped early)", "epochs", f"best {label(key)}", "its accuracy",
                    f"{name}: trials", f"{name}: epochs", "fitted optimum", "95% interval", "best inside"], [])
-    spent, inside, outside, confirmed = [0, 0, 0, 0], 0, [], []
+    spent, inside, outside, confirmed, found = [0, 0, 0, 0], 0, [], [], {}
     for seed, block in enumerate(prof.grids):
         values = {k: block[k][0] for k in setup}
         mine = _of(data.runs, values)
@@ -79,6 +80,8 @@ def build_search(data: Data) -> Report:
         hit = judged and fit.low <= best[0] <= fit.high
         label_ = "/".join(fmt_value(v) for v in values.values())
         inside, outside = inside + hit, outside + ([label_] if judged and not hit else [])
+        found[label_] = ("inside the grid's interval" if hit else "outside the grid's interval") if judged else \
+            "not settled (no best point or no interval)"
         row = [len(mine), _epochs(data, mine), len(theirs), _epochs(grid, theirs) if grid else 0]
         spent = [a + b for a, b in zip(spent, row)]
         stopped = int((mine["status"] == "stopped_early").sum())
@@ -98,7 +101,8 @@ def build_search(data: Data) -> Report:
         test, said = confirmation(confirmed, key, corner, name, confirm, data.ablation.equivalence_margin)
         tables.append(test)
         seen += f"; {said}"
-    return report(data, tables, tests_text(prof.search, key, name, data.ablation), seen)
+    grid_verdicts = Table(CAPTION, ["cell", f"best {label(key)} found"], [[k, v] for k, v in found.items()])
+    return report(data, tables, tests_text(prof.search, key, name, data.ablation), seen, verdicts=grid_verdicts)
 
 
 def tests_text(search: dict, key: str, name: str, ablation) -> str:

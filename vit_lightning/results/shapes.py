@@ -26,6 +26,7 @@ class Data:
     other: Data | None = None  # another draw of the same design (--compare-with), its verdicts shown beside these
     other_source: str = ""  # where the other draw's records came from, as the user named it
     records: dict[str, dict] = field(default_factory=dict)  # run name -> its record (eval results)
+    flags: str = ""  # the command's further flags, named in the header (--metric M: a table in another metric)
 
 
 # ---- text ---------------------------------------------------------------------------------------
@@ -180,24 +181,21 @@ def header(data: Data, tests: str, seen: str) -> list[tuple[str, str]]:
 
 
 def excluded(data: Data) -> Table:
-    """Runs that are not averaged (failed, diverged, running, off-design, superseded), with why; and runs averaged
-    but for entries of their records that were malformed (checked.py), with those entries."""
+    """Runs that are not averaged (failed, diverged, running, off-design, superseded, unreadable entries), with
+    why."""
     keys = list(data.profile.axes)
-    skipped = data.runs["skipped"] if "skipped" in data.runs else ""
-    bad = data.runs.assign(skipped=skipped)
-    bad = bad[(bad["note"] != "") | (bad["skipped"] != "")]
-    why = [r["note"] if not r["skipped"] else "; ".join(filter(None, [r["note"], f"skipped: {r['skipped']}"]))
-           for _, r in bad.iterrows()]
-    rows = [[r["name"], *(fmt_value(r[k]) for k in keys), fmt_num(r["seed"], ""), str(r["status"]), w,
-             r["error"]] for w, (_, r) in zip(why, bad.iterrows())]
+    bad = data.runs[data.runs["note"] != ""]
+    rows = [[r["name"], *(fmt_value(r[k]) for k in keys), fmt_num(r["seed"], ""), str(r["status"]), r["note"],
+             r["error"]] for _, r in bad.iterrows()]
     return Table("Runs not averaged", ["run", *map(label, keys), "seed", "status", "why", "error"], rows)
 
 
-def report(data: Data, tables: list[Table], tests: str, seen: str, figures=()) -> Report:
+def report(data: Data, tables: list[Table], tests: str, seen: str, figures=(), verdicts: Table | None = None,
+           notes: list[str] = ()) -> Report:
     ab, prof = data.ablation, data.profile
     again = f" --compare-with {data.other_source}" if data.other is not None else ""
-    return Report(ab.title, f"vit-ablate table {ab.name} --profile {prof.name}{again}",
-                  header(data, tests, seen), tables, excluded(data), list(figures))
+    return Report(ab.title, f"vit-ablate table {ab.name} --profile {prof.name}{data.flags}{again}",
+                  header(data, tests, seen), tables, excluded(data), list(figures), verdicts, list(notes))
 
 
 # ---- table shapes -------------------------------------------------------------------------------

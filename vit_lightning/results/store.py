@@ -44,35 +44,78 @@ def rank(record: dict) -> tuple:
     return record.get("status") in FINAL, record.get("source") != "wandb", record_time(record)
 
 
-def store(records_dir: Path, record: dict, data: bytes | None = None) -> bool:
-    """Save a record as records_dir/<name>.json unless the stored one ranks as high; True if written."""
+def slots(records_dir: Path, record: dict) -> list[Path]:
+    """Where a record may be stored: <name>.json, or <name>.<ablation>.<profile>.json when another ablation's or
+    profile's record of the same trial name holds the first (a record belongs to its ablation, profile and trial)."""
     name = str(record.get("name", ""))
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"run record has a bad name {name!r}")
-    dest = records_dir / f"{name}.json"
-    try:
-        stored = json.loads(dest.read_text()) if dest.exists() else None
-    except ValueError:
-        stored = None  # a truncated copy: the run's own record replaces it
-    if isinstance(stored, dict) and rank(stored) >= rank(record):
-        return False
-    write_atomic(dest, data if data is not None else dump(record))
-    return True
+    return [records_dir / f"{name}.json", records_dir / f"{name}.{record.get('ablation')}.{record.get('profile')}.json"]
 
 
-def collect(runs_root: Path, ablation: str, profile: str, records_dir: Path) -> list[str]:
-    """Copy runs/<ablation>/<profile>/*/results.json into records_dir (JSON only); names written."""
-    written = []
+def _owner(record: dict) -> tuple:
+    return record.get("ablation"), record.get("profile")
+
+
+def stored_record(records_dir: Path, record: dict) -> tuple[Path, dict | None]:
+    """The file that holds (or would hold) this record's (ablation, profile, trial), and what it holds now."""
+    free = None
+    for dest in slots(Path(records_dir), record):
+        if not dest.exists():
+            free = free or dest
+            continue
+        try:
+            stored = json.loads(dest.read_text())
+        except (OSError, ValueError):
+            stored = None  # a truncated copy: the run's own record replaces it
+        if not isinstance(stored, dict) or _owner(stored) == _owner(record):
+            return dest, stored if isinstance(stored, dict) else None
+    if free is None:
+        raise ValueError(f"{records_dir}: no free file for record {record.get('name')!r}")
+    return free, None
+
+
+def same_run(a: dict, b: dict) -> bool:
+    """Two records of one run: the run keeps its start time through resumes, evaluations and its W&B copy."""
+    return a.get("started_at") is not None and a.get("started_at") == b.get("started_at")
+
+
+def store(records_dir: Path, record: dict, data: bytes | None = None, replace: bool = False) -> str:
+    """Save a record under its (ablation, profile, trial); what happened: 'added', 'updated' (the same run, newer
+    or finished since), 'replaced' (another run's record: an unfinished one, or any with `replace`), 'kept' (another
+    run's finished record stays: `replace` not given), or '' (the stored record ranks as high)."""
+    dest, stored = stored_record(records_dir, record)
+    if stored is None:
+        action = "added" if not dest.exists() else "replaced"
+    elif same_run(stored, record):
+        action = "updated" if rank(record) > rank(stored) else ""
+    elif replace:
+        action = "replaced" if rank(record)[:2] >= rank(stored)[:2] else ""
+    elif rank(record) <= rank(stored):
+        action = ""
+    else:
+        action = "kept" if stored.get("status") in FINAL else "replaced"
+    if action in ("added", "updated", "replaced"):
+        write_atomic(dest, data if data is not None else dump(record))
+    return action
+
+
+def collect(runs_root: Path, ablation: str, profile: str, records_dir: Path, replace: bool = False) -> dict[str, str]:
+    """Copy runs/<ablation>/<profile>/*/results.json into records_dir (JSON only); {name: action} of each record
+    added, updated, replaced or kept (see `store`)."""
+    done = {}
     for directory in run_dirs(Path(runs_root) / ablation / profile):
         path = directory / RECORD
         try:
             data = record_bytes(directory)
             record = json.loads(data)
-            if store(records_dir, record, data):  # a byte copy: the record stays exactly as the run wrote it
-                written.append(record["name"])
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+            if action := store(records_dir, record, data, replace):  # a byte copy: exactly as the run wrote it
+                done[record["name"]] = action
         except (OSError, ValueError, AttributeError) as err:  # half-copied by hand, or not a record at all
             print(f"vit-ablate table: skipping {path}: {err}", file=sys.stderr)
-    return written
+    return done
 
 
 def load_records(records_dir: Path, quiet: bool = False) -> list[dict]:
@@ -166,8 +209,9 @@ def wandb_runs(path: str, ablation: str, api: Any) -> list[tuple[Any, str | None
 
 
 def fetch_wandb(paths: list[str], ablation: str, profile: str, records_dir: Path,
-                api: Any = None) -> tuple[list[str], Counter]:
-    """Store the runs of W&B sweeps or projects into records_dir; the names written, and why others were skipped."""
+                api: Any = None, replace: bool = False) -> tuple[dict[str, str], Counter]:
+    """Store the runs of W&B sweeps or projects into records_dir; {name: action} as `store` says, and why others
+    were skipped."""
     for path in paths:
         if path.count("/") not in (1, 2) or not all(path.split("/")):
             raise ValueError(f"--wandb wants ENTITY/PROJECT/SWEEP_ID or ENTITY/PROJECT, got {path!r}")
@@ -175,15 +219,15 @@ def fetch_wandb(paths: list[str], ablation: str, profile: str, records_dir: Path
         import wandb
 
         api = wandb.Api()
-    written, skipped = [], Counter()
+    done, skipped = {}, Counter()
     for path in paths:
         for run, sweep_id in wandb_runs(path, ablation, api):
             record = from_wandb_run(run, ablation, profile, sweep_id)
             if record["ablation"] != ablation or record["profile"] != profile:
                 skipped["another ablation or profile"] += 1
-            elif store(records_dir, record):
-                written.append(record["name"])
+            elif action := store(records_dir, record, replace=replace):
+                done[record["name"]] = action
             else:
-                kept = json.loads((records_dir / f"{record['name']}.json").read_text())
+                kept = stored_record(records_dir, record)[1] or {}
                 skipped["the run's own record is kept" if kept.get("source") != "wandb" else "already stored"] += 1
-    return sorted(written), skipped
+    return done, skipped

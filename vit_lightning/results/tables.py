@@ -9,6 +9,7 @@ import pandas as pd
 
 from vit_lightning.bookkeeping import write_atomic
 from vit_lightning.results.frame import cell_frame, design_cells, runs_frame, standing_runs
+from vit_lightning.results.further import stages
 from vit_lightning.results.layouts import BUILDERS
 from vit_lightning.results.render import to_latex, to_markdown
 from vit_lightning.results.searched import build_search
@@ -16,24 +17,25 @@ from vit_lightning.results.shapes import Data
 from vit_lightning.results.store import load_records
 
 
-def build(ablation: Any, profile: Any, out: Path, other: OtherDraw | None = None) -> list[Path]:
+def build(ablation: Any, profile: Any, out: Path, other: OtherDraw | None = None, flags: str = "") -> list[Path]:
     """Regenerate runs.csv, table.md, table.tex and figures in out from out/records; the paths written.
 
-    other: another draw of the same design (see `other_draw`), whose verdicts the table shows beside its own.
+    other: another draw of the same design (see `other_draw`), whose verdicts the table shows beside its own;
+    flags: the command's further flags, named in the table's header (` --metric M`).
     """
     out = Path(out)
-    records = load_records(out / "records")
+    records = own_records(ablation, profile, load_records(out / "records"))
     runs = runs_frame(ablation, profile, records)
     cells = cell_frame(ablation, profile, runs)
     data = Data(ablation, profile, runs, cells, {r["name"]: r.get("history") or [] for r in records},
-                records={r["name"]: r for r in records})
+                records={r["name"]: r for r in records}, flags=flags)
     if other is not None:
         their = runs_frame(ablation, other.profile, other.records)
         data.other = Data(ablation, other.profile, their, cell_frame(ablation, other.profile, their),
                           {r["name"]: r.get("history") or [] for r in other.records})
         data.other_source = other.source
     rep = build_search(data) if profile.search else BUILDERS[ablation.layout](data)
-    csv = runs.drop(columns=["cell", "time", "skipped"])
+    csv = runs.drop(columns=["cell", "time"])
     for col in ("seed", "params"):  # keep integers integral even when some runs lack them
         csv[col] = pd.to_numeric(csv[col], errors="coerce").round().astype("Int64")
     files = {"runs.csv": csv.to_csv(index=False, float_format="%.6g", lineterminator="\n"),
@@ -43,6 +45,13 @@ def build(ablation: Any, profile: Any, out: Path, other: OtherDraw | None = None
     for png, _, draw in rep.figures:
         draw(out / png)
     return [out / name for name in files] + [out / png for png, _, _ in rep.figures]
+
+
+def own_records(ablation: Any, profile: Any, records: list[dict]) -> list[dict]:
+    """The records a profile's table reads: its own and its stages' (a folder may hold other profiles' records of
+    the same trial names, each in a file of its own)."""
+    mine = {profile.name, *stages(ablation, profile.name)}
+    return [r for r in records if r.get("profile") in mine and r.get("ablation", ablation.name) == ablation.name]
 
 
 class OtherDraw(NamedTuple):
@@ -90,5 +99,6 @@ def grid_draw(ablation: Any, profile: Any, folder: str | Path) -> OtherDraw:
 
 def figure_runs(ablation: Any, profile: Any, out: Path) -> list[list[str]]:
     """Per designed cell, the names of the runs out/records' table uses for it (see frame.standing_runs)."""
-    runs = runs_frame(ablation, profile, load_records(Path(out) / "records", quiet=True))  # build() said what it skips
+    records = own_records(ablation, profile, load_records(Path(out) / "records", quiet=True))  # build() said it
+    runs = runs_frame(ablation, profile, records)
     return standing_runs(runs, len(design_cells(profile)))
