@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from vit_lightning.bookkeeping import non_finite, suggest
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
 from vit_lightning.run import hyperband
@@ -145,18 +146,6 @@ def check_space(space: dict[str, list]) -> None:
             raise SweepError(f"{label}: {err}" if label else str(err)) from None
 
 
-def suggest(name: str, known: set[str]) -> str:
-    """The choices for an unknown key: close matches, else the options of its group, else the groups."""
-    import difflib
-
-    if close := difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.8):
-        return f"did you mean {', '.join(close)}?"
-    group = name.split(".")[0] + "."
-    if same := sorted(k for k in known if k.startswith(group)):
-        return f"{group}* options: {', '.join(same)}"
-    return f"options are seed_everything and {', '.join(sorted({k.split('.')[0] + '.*' for k in known if '.' in k}))}"
-
-
 @functools.lru_cache(maxsize=1)
 def fit_parser():
     """The real `vit-ablate fit` parser (train.fit_parser), built once per sweep command."""
@@ -179,7 +168,7 @@ def check_trial(args: list[str]) -> None:
     namespace = parse_trial(args)
     adopt_source(namespace, args)
     flat = {key: normalize(value) for key, value in flatten(namespace.as_dict()).items()}
-    if error := settings_error(flat):
+    if error := non_finite(namespace.as_dict()) or settings_error(flat):
         raise SweepError(error)
     try:
         check_options(**namespace.data.as_dict())
