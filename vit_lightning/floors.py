@@ -10,7 +10,7 @@ FLOORS = (
     ("bookkeeping", "identity", "defaults", "compat", "plotstyle", "floors",
      "data.__init__", "run.__init__", "analysis.__init__"),  # plain vocabulary; the folders' docstrings
     ("model", "data", "ablation", "__init__", "run.slurm_tasks"),  # the parts a run is built from
-    ("run.rundir",),  # a run dir's lock, record and checkpoints
+    ("run.rundir", "run.machine"),  # a run dir's lock, record and checkpoints; what this machine can run
     ("run.transfer",),  # resolve an init_from source, adopt its architecture, reshape its weights
     ("run.module", "run.options"),  # the LightningModule; the values each fit option accepts
     ("run.callbacks",),  # what fit attaches: stops, reseeding, progress lines

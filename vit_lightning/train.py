@@ -46,7 +46,7 @@ from vit_lightning.data.resumable import ResumeLoader
 from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, trial_name
-from vit_lightning.run import hyperband, loggers, rundir, transfer
+from vit_lightning.run import hyperband, loggers, machine, rundir, transfer
 from vit_lightning.run.callbacks import (
     ConfigToLoggers,
     DivergenceStop,
@@ -144,8 +144,8 @@ class FitCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """Trainer whose logs, checkpoint and record all live in the run dir (nothing is written until fit)."""
         config = self.flat_config()
-        if error := settings_error(config) or task_error(config):
-            raise ValueError(error)
+        if error := settings_error(config) or task_error(config) or machine.problem(config):
+            raise ValueError(error)  # before the run dir exists: nothing is written
         if self.start:
             self.start.check_data(config["model.in_chans"])
         if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
@@ -284,6 +284,7 @@ class FitCLI(LightningCLI):
 
 def fit_parser():
     """The `vit-ablate fit` parser (every option, its type and default), built without instantiating anything."""
+    _quiet()  # its "Seed set to 0" would stand before a sweep's one-line answer
     return FitCLI([], instantiate=False).parser
 
 

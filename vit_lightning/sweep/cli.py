@@ -354,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
             groups = local_groups(args)
             all_trials = checked_trials(configs, args, gpus=len(groups[0]))
             searches = bayes_searches(configs, args, gpus=len(groups[0]))
+            if not args.dry_run:  # trials run here: what they ask of the machine, before anything is written
+                validate.machine_check(configs, [t.params for t in all_trials], len(groups[0]), args.trials_per_gpu > 1)
             repair.check(all_trials, searches, args.repair, args.dry_run, log=lambda m: print(m, file=sys.stderr))
             if args.dry_run:
                 slots = slot_lines(groups, args.trials_per_gpu) if args.trials_per_gpu > 1 else []

@@ -245,3 +245,29 @@ def _model_error(options: str) -> str | None:
     except ValueError as err:
         return " ".join(str(err).split())
     return None
+
+
+def machine_check(configs: list[dict], trial_params: list[dict], gpus: int, share_cpus: bool = False) -> None:
+    """Every trial (a bayes sweep's by its first values) can run on this machine: its accelerator, devices, loader
+    workers (unless slots share the CPUs out) and data, checked once per distinct setting; SweepError otherwise."""
+    from vit_lightning.run import machine
+
+    defaults = flatten({k: v for k, v in fit_parser().get_defaults().as_dict().items() if k != "config"})
+    bayes = [{name: edge_values(*distribution(name, spec))[0] for name, spec in c["parameters"].items()}
+             for c in configs if c.get("method") == "bayes"]
+    found: dict[str, int] = {}
+    problems: dict[str, str | None] = {}
+    everything = [*trial_params, *bayes]
+    for params in everything:
+        flat = {key: normalize(value) for key, value in {**defaults, **params}.items()}
+        if share_cpus:
+            flat["data.num_workers"] = 0  # each slot's share of the CPUs caps them (supervise.slot_envs)
+        setting = json.dumps({k: v for k, v in flat.items() if k.startswith(("data.", "trainer."))}, sort_keys=True,
+                             default=str)
+        if setting not in problems:
+            problems[setting] = machine.problem(flat, gpus=gpus)
+        if line := problems[setting]:
+            found[line] = found.get(line, 0) + 1
+    if found:
+        line, count = next(iter(found.items()))
+        raise SweepError(f"{sum(found.values())} of {len(everything)} trials cannot run on this machine: {line}")
