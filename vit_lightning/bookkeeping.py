@@ -81,7 +81,8 @@ def range_error(option: str, value, low: float, high: float, low_open: bool = Fa
     if number_in(value, low, high, low_open, high_open, integer):
         return None
     kind = "a whole number" if integer else what
-    return f"{option}={value!r} is out of range: {kind}, finite, in {span(low, high, low_open, high_open)}"
+    wrong = "out of range" if isinstance(value, (int, float)) and not isinstance(value, bool) else "not a number"
+    return f"{option}={value!r} is {wrong}: {kind}, finite, in {span(low, high, low_open, high_open)}"
 
 
 def non_finite(tree: dict, prefix: str = "") -> str | None:

@@ -402,6 +402,15 @@ def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alph
     """Reject bad options with one line, before anything is loaded (the sweep checks its trials with it)."""
     if name not in SOURCES:
         raise ValueError(f"unknown data.name {name!r}; valid: {', '.join(SOURCES)}")
+    numbers = {"batch_size": (batch_size, 1, 2**24, False, False, True),
+               "num_workers": (num_workers, 0, 1024, False, False, True),
+               "img_size": (img_size, 1, 2**16, False, False, True),
+               "val_split": (val_split, 0, 1, True, True), "holdout": (holdout, 0, 1, False, True),
+               "mixup_alpha": (mixup_alpha, 0, 1e3), "cutmix_alpha": (cutmix_alpha, 0, 1e3)}
+    for key, (value, *bounds) in numbers.items():  # the first number out of its range, by name (img_size None: native)
+        if value is not None or key != "img_size":
+            if error := range_error(f"data.{key}", value, *bounds):
+                raise ValueError(error)
     source = SOURCES[name]
     if source.tasks and task not in source.tasks:
         raise ValueError(f"data.name={name} asks one of several questions: give data.task, one of "
@@ -424,15 +433,6 @@ def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alph
     if source.renders and (canvas % glyph_scale or canvas // glyph_scale < source.smallest):
         raise ValueError(f"data.img_size={canvas}: {name} draws on a canvas of at least {source.smallest} px "
                          + (f"times data.glyph_scale={glyph_scale}, a multiple of it" if glyph_scale > 1 else ""))
-    numbers = {"batch_size": (batch_size, 1, 2**24, False, False, True),
-               "num_workers": (num_workers, 0, 1024, False, False, True),
-               "img_size": (img_size, 1, 2**16, False, False, True),
-               "val_split": (val_split, 0, 1, True, True), "holdout": (holdout, 0, 1, False, True),
-               "mixup_alpha": (mixup_alpha, 0, 1e3), "cutmix_alpha": (cutmix_alpha, 0, 1e3)}
-    for key, (value, *bounds) in numbers.items():  # the first number out of its range, by name (img_size None: native)
-        if value is not None or key != "img_size":
-            if error := range_error(f"data.{key}", value, *bounds):
-                raise ValueError(error)
     check_placement(name, augment_on, decode_on)
 
 

@@ -47,7 +47,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ablations-dir", type=Path, metavar="DIR", help="also load ablations from DIR/<name>.py")
     p.add_argument("--trials-per-gpu", type=positive, default=1, metavar="N",
                    help="N trials share each GPU (group): N local slots or N W&B agents per group, each with its "
-                        "share of the CPUs for loader workers (small models leave a GPU mostly idle)")
+                        "share of the CPUs for loader workers (small models leave a GPU mostly idle); refused where no GPU is "
+                        "visible (on the CPU: --parallel N)")
     p.add_argument("--trial-config", type=int, metavar="N",
                    help="print trial N's full fit config (YAML for `vit-ablate fit --config`, e.g. under srun); "
                         "run nothing")
@@ -208,8 +209,12 @@ def check_sources(all_trials: list[trials.Trial], args) -> None:
 def local_groups(args) -> list[list[str]]:
     """The local backend's GPU groups: --parallel K splits the visible GPUs (--trials-per-gpu alone: one per GPU)."""
     groups = args.parallel or (None if args.trials_per_gpu > 1 else 1)
+    gpus = supervise.visible_gpus()
+    if args.trials_per_gpu > 1 and not gpus:  # N slots would share no GPU: N trials at once on the CPU, unasked
+        raise SweepError(f"--trials-per-gpu {args.trials_per_gpu}: no GPU is visible here (CUDA_VISIBLE_DEVICES, "
+                         f"torch); on the CPU use --parallel {args.trials_per_gpu} to run that many trials at once")
     try:
-        return supervise.split_gpus(supervise.visible_gpus(), groups=groups)
+        return supervise.split_gpus(gpus, groups=groups)
     except ValueError as err:
         raise SweepError(f"--parallel {args.parallel}: {err}") from None
 
