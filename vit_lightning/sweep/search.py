@@ -136,7 +136,7 @@ class Search:
         with self._lock, _flocked(self.folder / ".bayes.lock"):
             proposals = self.proposals()
             trials = [self.trial(p["raw"]) for p in proposals]
-            for trial in trials:
+            for trial in trials[:self.cap]:  # a journal longer than the cap (a lower --count) runs no more than it
                 if trial.id not in self.claimed and status_of(trial, self.state, self.retry_failed) == "pending":
                     self.claimed.add(trial.id)
                     return trial
