@@ -14,13 +14,24 @@ import yaml
 
 from vit_lightning.compat.wandb import env_mode
 from vit_lightning.identity import TRIAL_KEY
-from vit_lightning.sweep import jobscript, local, repair, select, supervise, trials, validate, wandb_backend, yamls
+from vit_lightning.sweep import (
+    jobscript,
+    local,
+    preview,
+    repair,
+    select,
+    supervise,
+    trials,
+    validate,
+    wandb_backend,
+    yamls,
+)
 from vit_lightning.sweep.validate import SweepError
 
 EPILOG = """\
 examples:
   vit-ablate sweep pos_encoding                          # demo profile, local backend, one trial after another
-  vit-ablate sweep pos_encoding --dry-run                # print every trial's command line
+  vit-ablate sweep pos_encoding --dry-run                # count, folder, each trial's state; commands to run
   vit-ablate sweep cls_vs_gap --profile cifar10 --parallel 4          # 4 trials at once, 1/4 of the GPUs each
   vit-ablate sweep pos_encoding --profile cifar10 --trials-per-gpu 3  # 3 trials on each GPU at once
   vit-ablate sweep sweeps/patch_size-demo.yaml --set trainer.max_epochs=1
@@ -39,7 +50,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("targets", nargs="+", metavar="NAME_OR_YAML", help="ablation name(s) or sweep YAML file(s)")
     p.add_argument("--profile", help="profile of a named ablation (default: demo)")
     p.add_argument("--backend", choices=("auto", "local", "wandb"), default="auto")
-    p.add_argument("--dry-run", action="store_true", help="print every trial's command line; run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the trials' count, their records' folder and each one's state (done, to run, failed), "
+                        "with the command line of each trial to run; run nothing")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting for every trial (repeatable), e.g. trainer.max_epochs=1")
     p.add_argument("--count", type=positive, help="at most N trials (random sweeps need this or run_cap)")
@@ -364,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
             repair.check(all_trials, searches, args.repair, args.dry_run, log=lambda m: print(m, file=sys.stderr))
             if args.dry_run:
                 slots = slot_lines(groups, args.trials_per_gpu) if args.trials_per_gpu > 1 else []
-                return print_lines([t.shell() for t in all_trials] + [f"# {s.describe()}" for s in searches] + slots)
+                return print_lines(preview.lines(all_trials, args.retry_failed) + [f"# {s.describe()}" for s in searches]
+                                   + slots)
             check_sources(all_trials, args)
             return run_local(all_trials, groups, args, searches)
         return run_wandb(configs, args)
