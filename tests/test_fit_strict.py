@@ -53,3 +53,11 @@ def test_fit_and_sweep_suggest_the_same_names(tmp_path, capsys):
 ])
 def test_a_wrong_number_is_named_with_its_value_and_range(argv, line, tmp_path, capsys):
     assert one_error(argv, tmp_path, capsys) == f"vit-ablate fit: error: {line}"
+
+
+def test_a_sweep_refuses_a_non_finite_setting_by_name(tmp_path, capsys):
+    argv = ["pos_encoding", "--dry-run", "--set", "run.ddp_timeout_s=.nan", "--set", f"run.root={tmp_path}"]
+    assert cli.main(argv) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    # W&B's agent would hand fit `--run.ddp_timeout_s=nan`, which fit's parser refuses: named before any trial
+    assert line.startswith("vit-ablate sweep: error: pos_encoding-demo-1: run.ddp_timeout_s=nan is not valid"), line
