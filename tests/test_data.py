@@ -419,7 +419,7 @@ def test_holdout_validates_on_a_stratified_part_of_the_training_split_only():
     again = ImageDataModule("mnist5k", holdout=0.25)
     again.setup()
     assert torch.equal(again.val_set.images, dm.val_set.images)  # fixed by split_seed
-    with pytest.raises(ValueError, match=r"data.holdout must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"data.holdout=1.0 is out of range: a number, finite, in \[0, 1\)"):
         ImageDataModule("mnist5k", holdout=1.0)
 
 

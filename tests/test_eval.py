@@ -92,6 +92,8 @@ def test_the_same_classes_with_new_head_report_few_shot_only(source, tmp_path, c
     (["--device", "tpu9"], "--device tpu9:"),
     (["--out", "{file}/x/e.json"], "is not a folder"),
     (["--out", "{tmp}"], "is a folder"),
+    (["--data.img_size=abc"], "data.img_size='abc' is not a number: a whole number, finite, in [1, 65536]"),
+    (["--data.val_split=2"], "data.val_split=2 is out of range: a number, finite, in (0, 1)"),
 ])
 def test_bad_options_are_one_line_before_anything_is_written(source, tmp_path, capsys, args, words):
     (tmp_path / "file").write_text("not a folder")

@@ -68,7 +68,10 @@ def test_the_python_api_refuses_non_finite_and_out_of_range_options(options, men
 def test_the_optimizer_numbers_are_finite_and_in_range(options):
     with pytest.raises(ValueError) as error:
         Classifier(**options, variant="micro", **MICRO)
-    assert "need finite model.lr in (0, 10], model.weight_decay in [0, 10]" in str(error.value)
+    [(key, value)] = options.items()  # the one wrong number: its name, its value and its range, nothing else
+    bounds = {"lr": "(0, 10]", "weight_decay": "[0, 10]", "warmup_epochs": "[0, 1e+06]", "label_smoothing": "[0, 1)",
+              "momentum": "[0, 1)"}[key]
+    assert str(error.value) == f"model.{key}={value!r} is out of range: a number, finite, in {bounds}"
 
 
 def test_a_huge_reg_tokens_is_refused_by_fit_before_anything_is_allocated(tmp_path, capsys):

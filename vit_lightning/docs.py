@@ -21,6 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from vit_lightning import ablation, floors
+from vit_lightning.bookkeeping import describe, write_atomic
 from vit_lightning.compat.lightning import cli_options
 from vit_lightning.data.datamodule import SOURCES
 from vit_lightning.model import ENCODINGS, FAMILIES, HEADS, INJECTION_OPTION, INJECTIONS, POOLINGS, STEM_OPTION, STEMS
@@ -313,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="exit 1 if a page is out of date; write nothing")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # fit's parser seeds: not news here
+    if args.out.exists() and not args.out.is_dir():
+        print(f"vit-ablate docs: error: --out {args.out} is a file; give a folder (the pages are written into it)",
+              file=sys.stderr)
+        return 2
     want = pages()
     changed = stale(args.out, want)
     if args.check:
@@ -320,8 +325,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vit-ablate docs: out of date in {args.out}: {', '.join(changed)}; run `vit-ablate docs`",
                   file=sys.stderr)
         return 1 if changed else 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name in changed:
-        (args.out / name).write_text(want[name])
+    try:
+        for name in changed:
+            write_atomic(args.out / name, want[name].encode())
+    except OSError as error:  # a file where a parent folder should be, no permission, a full disk
+        print(f"vit-ablate docs: error: cannot write the pages into --out: {describe(error)}", file=sys.stderr)
+        return 2
     print(f"vit-ablate docs: {len(changed)} page(s) updated in {args.out}" + (f": {', '.join(changed)}" if changed else ""))
     return 0

@@ -10,7 +10,8 @@ FLOORS = (
     ("bookkeeping", "identity", "defaults", "compat", "plotstyle", "floors", "evalkey",
      "data.__init__", "run.__init__", "analysis.__init__"),  # plain vocabulary; the folders' docstrings
     ("model", "data", "ablation", "__init__", "run.slurm_tasks"),  # the parts a run is built from
-    ("run.rundir", "run.rng"),  # a run dir's lock, record and checkpoints; the random generators they carry
+    ("run.rundir", "run.rng", "run.machine"),  # a run dir's lock, record and checkpoints; its random generators; what
+    # this machine can run
     ("run.transfer",),  # resolve an init_from source, adopt its architecture, reshape its weights
     ("run.module", "run.options"),  # the LightningModule; the values each fit option accepts
     ("run.callbacks",),  # what fit attaches: stops, reseeding, progress lines

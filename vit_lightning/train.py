@@ -36,7 +36,9 @@ from vit_lightning.bookkeeping import (
     SEED_KEY,
     SWEEP_PID_ENV,
     describe,
-    number_in,
+    non_finite,
+    range_error,
+    suggest,
 )
 from vit_lightning.compat.lightning import cli_options, set_collective_timeout
 from vit_lightning.data.datamodule import NAMED_AFTER_EARLIER, ImageDataModule
@@ -45,7 +47,7 @@ from vit_lightning.defaults import DEMO
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, added_after_earlier, family_options, trial_name
 from vit_lightning.model.naming import EARLIER, FAMILY_DEFAULT_SINCE, FIRST, NAMING_KEY, VERSIONS
-from vit_lightning.run import hyperband, loggers, rundir, transfer
+from vit_lightning.run import hyperband, loggers, machine, rundir, transfer
 from vit_lightning.run.callbacks import (
     ConfigToLoggers,
     DivergenceStop,
@@ -79,7 +81,8 @@ class FitCLI(LightningCLI):
         super().__init__(
             Classifier, ImageDataModule, args=argv, run=False, seed_everything_default=0,
             trainer_defaults=TRAINER_DEFAULTS, save_config_kwargs={"overwrite": True},
-            parser_kwargs={"exit_on_error": False, "prog": "vit-ablate fit"},
+            # allow_abbrev=False: `--trainer.max_epoch` is an unknown option, not max_epochs (sweep keys are exact too)
+            parser_kwargs={"exit_on_error": False, "prog": "vit-ablate fit", "allow_abbrev": False},
             auto_configure_optimizers=False, load_from_checkpoint_support=False,
         )
 
@@ -127,6 +130,8 @@ class FitCLI(LightningCLI):
     @override
     def parse_arguments(self, parser, args) -> None:
         self.config = parser.parse_args(args)  # no sys.argv cross-check: argv comes from the dispatcher
+        if error := non_finite(self.config.as_dict()):  # before normalize, which reads NaN as null
+            raise ValueError(error)
         # --model.init_from: the architecture comes from the source (a conflicting option is an error here)
         self.start = transfer.resolve(self.config, parser.get_defaults(), list(args))  # read once, here
         model = self.config.model
@@ -143,8 +148,8 @@ class FitCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """Trainer whose logs, checkpoint and record all live in the run dir (nothing is written until fit)."""
         config = self.flat_config()
-        if error := settings_error(config) or task_error(config):
-            raise ValueError(error)
+        if error := settings_error(config) or task_error(config) or machine.problem(config):
+            raise ValueError(error)  # before the run dir exists: nothing is written
         if self.start:
             self.start.check_data(config["model.in_chans"])
         if config.get(TRIAL_KEY) is None:  # under a W&B agent: named by its sweep parameters, as the local runner names it
@@ -284,7 +289,13 @@ class FitCLI(LightningCLI):
 
 def fit_parser():
     """The `vit-ablate fit` parser (every option, its type and default), built without instantiating anything."""
+    _quiet()  # its "Seed set to 0" would stand before a sweep's one-line answer
     return FitCLI([], instantiate=False).parser
+
+
+def fit_options() -> set[str]:
+    """Every dotted option `vit-ablate fit` accepts."""
+    return {key for key in fit_parser().get_defaults().keys() if key != "config"}
 
 
 def _reruns_this_fit(argv: list[str]) -> bool:
@@ -299,13 +310,30 @@ def settings_error(config: dict) -> str | None:
             return f"{key}=0 trains nothing; give a positive number"
     if error := hyperband.option_error(config.get(hyperband.OPTION)):
         return error
-    timeout = config.get("run.ddp_timeout_s")
-    if timeout is not None and not number_in(timeout, 0, 1e7, low_open=True):
-        return f"run.ddp_timeout_s={timeout} must be a positive number of seconds, finite, at most 1e7"
-    perms = config.get("run.shuffle_perms")
-    if perms is not None and not number_in(perms, 0, 1000, integer=True):
-        return f"run.shuffle_perms={perms} must be a count of permutations in [0, 1000] (0: none)"
+    for key, bounds in SETTING_RANGES.items():
+        if (value := config.get(key)) is not None and (error := range_error(key, value, *bounds)):
+            return error
     return None
+
+
+# (low, high, low open, high open, integer, what) of fit's own numbers and the trainer's that Lightning checks late
+SETTING_RANGES = {
+    "run.ddp_timeout_s": (0, 1e7, True, False, False, "seconds"),
+    "run.shuffle_perms": (0, 1000, False, False, True),
+    "run.fewshot_every": (0, 1e6, False, False, True),
+    "trainer.gradient_clip_val": (0, 1e6, False, False, False, "a gradient norm (0: no clipping)"),
+}
+
+
+def unknown_options(message: str, known) -> str | None:
+    """jsonargparse's `unrecognized arguments: --a --b` as one line naming each with its nearest options."""
+    head, sep, rest = message.partition("unrecognized arguments:")
+    if not sep:
+        return None
+    names = [arg[2:].split("=")[0] for arg in rest.split() if arg.startswith("--")]
+    if not names:
+        return None
+    return "; ".join(f"unknown option --{name} ({suggest(name, known)})" for name in names)
 
 
 def _say(line: str) -> None:
@@ -368,7 +396,10 @@ def main(argv: list[str] | None = None) -> int:
         return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
     except (ArgumentError, ValueError, MisconfigurationException) as error:
         # Bad options stop here, before the run dir exists: nothing is written.
-        _warn(f"vit-ablate fit: error: {' '.join(str(error).split())}")  # rank 0: srun's tasks all fail alike
+        text = " ".join(str(error).split())
+        if isinstance(error, ArgumentError) and "unrecognized arguments:" in text:
+            text = unknown_options(text, fit_options()) or text
+        _warn(f"vit-ablate fit: error: {text}")  # rank 0: srun's tasks all fail alike
         return 2
     if cli.starts_other_ranks() and not _reruns_this_fit(argv):
         # Called from Python: the other ranks would re-run the caller's command line. Run this fit as the

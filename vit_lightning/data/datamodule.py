@@ -14,7 +14,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import WORKERS_ENV, number_in
+from vit_lightning.bookkeeping import WORKERS_ENV, range_error
 from vit_lightning.compat.lightning import epoch_batches_done
 from vit_lightning.data.augment import BatchRandAugment, random_crop_flip
 from vit_lightning.data.decode import DECODE_ON, DecodeCollate, byte_view, decode_place
@@ -407,6 +407,15 @@ def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alph
     """Reject bad options with one line, before anything is loaded (the sweep checks its trials with it)."""
     if name not in SOURCES:
         raise ValueError(f"unknown data.name {name!r}; valid: {', '.join(SOURCES)}")
+    numbers = {"batch_size": (batch_size, 1, 2**24, False, False, True),
+               "num_workers": (num_workers, 0, 1024, False, False, True),
+               "img_size": (img_size, 1, 2**16, False, False, True),
+               "val_split": (val_split, 0, 1, True, True), "holdout": (holdout, 0, 1, False, True),
+               "mixup_alpha": (mixup_alpha, 0, 1e3), "cutmix_alpha": (cutmix_alpha, 0, 1e3)}
+    for key, (value, *bounds) in numbers.items():  # the first number out of its range, by name (img_size None: native)
+        if value is not None or key != "img_size":
+            if error := range_error(f"data.{key}", value, *bounds):
+                raise ValueError(error)
     source = SOURCES[name]
     if source.tasks and task not in source.tasks:
         raise ValueError(f"data.name={name} asks one of several questions: give data.task, one of "
@@ -429,22 +438,6 @@ def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alph
     if source.renders and (canvas % glyph_scale or canvas // glyph_scale < source.smallest):
         raise ValueError(f"data.img_size={canvas}: {name} draws on a canvas of at least {source.smallest} px "
                          + (f"times data.glyph_scale={glyph_scale}, a multiple of it" if glyph_scale > 1 else ""))
-    if batch_size < 1 or num_workers < 0:
-        raise ValueError(f"data.batch_size must be >= 1 and data.num_workers >= 0, got {batch_size}, {num_workers}")
-    if img_size is not None and img_size < 1:
-        raise ValueError(f"data.img_size must be a positive int or None, got {img_size}")
-    if not number_in(batch_size, 1, 2**24, integer=True) or not number_in(num_workers, 0, 1024, integer=True):
-        raise ValueError(f"data.batch_size must be >= 1 (at most 2^24) and data.num_workers >= 0 (at most 1024), "
-                         f"got {batch_size}, {num_workers}")
-    if img_size is not None and not number_in(img_size, 1, 2**16, integer=True):
-        raise ValueError(f"data.img_size must be a positive int (at most 65536) or None, got {img_size}")
-    if not 0.0 < val_split < 1.0:
-        raise ValueError(f"data.val_split must be in (0, 1), got {val_split}")
-    if not 0.0 <= holdout < 1.0:
-        raise ValueError(f"data.holdout must be in [0, 1) (0: validate on the validation split), got {holdout}")
-    if not number_in(mixup_alpha, 0, 1e3) or not number_in(cutmix_alpha, 0, 1e3):
-        raise ValueError(f"data.mixup_alpha and data.cutmix_alpha must be >= 0, finite numbers in [0, 1000], "
-                         f"got {mixup_alpha}, {cutmix_alpha}")
     check_placement(name, augment_on, decode_on)
 
 

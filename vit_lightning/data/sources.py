@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import os
+from urllib.parse import urlsplit
 
 import numpy as np
 import torch
@@ -40,6 +41,12 @@ class Source:
 
     def prepare(self) -> None:
         """Download if asked (called on one process per node)."""
+
+    def unavailable(self) -> str | None:
+        """Why this data can be neither read here nor downloaded (one line saying how to provide it), or None.
+
+        Decided from the files and, for a download, whether its server answers; nothing is downloaded."""
+        return None
 
     def load(self, train_tf=None, val_tf=None):
         """Return (train, val): uint8 (N, C, H, W) + int64 (N,) pairs, or Datasets using the transforms."""
@@ -107,7 +114,7 @@ class _Cifar(Source):
         cls = self.tv_class
         self.folder = os.path.join(self.root, cls.base_folder)
         names = [n for n, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-        missing = [n for n in names if not os.path.isfile(os.path.join(self.folder, n))]
+        self.missing = missing = [n for n in names if not os.path.isfile(os.path.join(self.folder, n))]
         if missing and not download:
             raise ValueError(
                 f"{self.name} data not found: looked in {os.path.abspath(self.folder)} (missing {missing[0]}); "
@@ -123,6 +130,14 @@ class _Cifar(Source):
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 self.tv_class(self.root, train=True, download=True)
 
+    def unavailable(self) -> str | None:
+        url = self.tv_class.url
+        if not self.missing or reachable(url):
+            return None
+        return (f"{self.name} data is not in {os.path.abspath(self.folder)} and {urlsplit(url).hostname} cannot be "
+                f"reached to download it: put {os.path.basename(url)} from {url}, extracted, in "
+                f"{os.path.abspath(self.root)} (data.root), or set data.root to a folder holding {self.tv_class.base_folder}/")
+
     def load(self, train_tf=None, val_tf=None):
         return self._split(train=True), self._split(train=False)
 
@@ -137,6 +152,29 @@ class _Cifar(Source):
             ) from None
         x = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()  # (N, H, W, C) -> (N, C, H, W)
         return x, torch.as_tensor(ds.targets, dtype=torch.int64)
+
+
+def reachable(url: str, timeout: float = 5.0) -> bool:
+    """A TCP connection to the url's server (or the proxy urllib would use) opens within `timeout`: no data sent."""
+    import socket
+    import threading
+    import urllib.request
+
+    parts = urlsplit(urllib.request.getproxies().get(urlsplit(url).scheme) or url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    answer: list[bool] = []
+
+    def connect() -> None:  # in a thread: a name lookup without DNS can outlast any socket timeout
+        try:
+            socket.create_connection((parts.hostname, port), timeout=timeout).close()
+            answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(answer and answer[0])
 
 
 class Cifar10(_Cifar):

@@ -161,21 +161,32 @@ def verdict(rule: Rule, own: list[float], histories: list[list[float]]) -> str |
             f"is below the top 1/{rule.eta:g} of the sweep's trials there (threshold {threshold:.4g})")
 
 
-def sweep_records(folder: Path, fixed: dict) -> dict[str, dict]:
-    """Run name -> record of every record in the sweep's folder whose config has the sweep's fixed values."""
+def sweep_records(folder: Path, fixed: dict, setting: dict | None = None) -> dict[str, dict]:
+    """Run name -> record of every record in the sweep's folder whose config has the sweep's fixed values and,
+    given this trial's `setting`, carries the same rule (a record from before the rule was kept: its values)."""
     want = {k: normalize(v) for k, v in fixed.items()}
     out = {}
     for path in sorted(folder.glob("*/results.json")):
         record = load_record(path.parent)[0]  # None: unreadable (being written, or broken): not counted
         config = (record or {}).get("config") or {}
-        if record and all(k in config and normalize(config[k]) == v for k, v in want.items()):
+        if record and all(k in config and normalize(config[k]) == v for k, v in want.items()) and (
+                setting is None or OPTION not in config or same_rule(config[OPTION], setting)):
             out[path.parent.name] = record
     return out
 
 
-def sweep_histories(folder: Path, fixed: dict, metric: str) -> dict[str, list[float]]:
-    """Run name -> metric series of every record in the sweep's folder whose config has the sweep's fixed values."""
-    return {name: series(r.get("history") or [], metric) for name, r in sweep_records(folder, fixed).items()}
+def same_rule(text, setting: dict) -> bool:
+    """A record's `run.early_terminate` is this setting: the same sweep's rule, metric and fixed values (a fit
+    typed with a rule, and unrelated runs in its folder without one, are not one sweep)."""
+    try:
+        return normalize(json.loads(text)) == normalize(setting) if isinstance(text, str) else False
+    except ValueError:
+        return False
+
+
+def sweep_histories(folder: Path, fixed: dict, metric: str, setting: dict | None = None) -> dict[str, list[float]]:
+    """Run name -> metric series of each of the sweep's records (`sweep_records`)."""
+    return {name: series(r.get("history") or [], metric) for name, r in sweep_records(folder, fixed, setting).items()}
 
 
 def point_of(config: dict, replicate: str) -> str:
@@ -218,7 +229,8 @@ class HyperbandStop(pl.Callback):
 
     def __init__(self, setting: dict, directory: Path, history, config: dict | None = None):
         self.rule = parse(setting["rule"], setting["metric"])
-        self.fixed, self.directory, self.history = setting.get("fixed", {}), Path(directory), history
+        self.setting, self.fixed = setting, setting.get("fixed", {})
+        self.directory, self.history = Path(directory), history
         self.replicate, self.config = setting.get("replicate"), config or {}
         self.reason: str | None = None
 
@@ -244,8 +256,8 @@ class HyperbandStop(pl.Callback):
         """This epoch's verdict against the sweep's records (this run's own history from memory)."""
         own = series(self.history(), self.rule.metric)
         if self.replicate and self.config:
-            records = sweep_records(self.directory.parent, self.fixed)
+            records = sweep_records(self.directory.parent, self.fixed, self.setting)
             return point_verdict(self.rule, own, self.directory.name, self.config, records, self.replicate)
-        others = sweep_histories(self.directory.parent, self.fixed, self.rule.metric)
+        others = sweep_histories(self.directory.parent, self.fixed, self.rule.metric, self.setting)
         others[self.directory.name] = own
         return verdict(self.rule, own, list(others.values()))

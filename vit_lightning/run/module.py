@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import number_in, span
+from vit_lightning.bookkeeping import range_error
 from vit_lightning.compat.torch import batch_dynamic
 from vit_lightning.model import ViT, build_backbone
 from vit_lightning.model.config import check_choice
@@ -72,10 +72,11 @@ class Classifier(pl.LightningModule):
         check_choice("model.optimizer", optimizer, OPTIMIZERS)
         check_choice("model.schedule", schedule, SCHEDULES)
         check_choice("model.pos_resample", pos_resample, RESAMPLE)
-        if not all(number_in(v, *bounds) for v, bounds in zip((lr, weight_decay, warmup_epochs, label_smoothing,
-                                                               momentum), OPTIMIZER_RANGES.values())):
-            raise ValueError("need finite " + ", ".join(f"model.{k} in {span(*b)}" for k, b in OPTIMIZER_RANGES.items())
-                             + f"; got {lr}, {weight_decay}, {warmup_epochs}, {label_smoothing}, {momentum}")
+        given = dict(lr=lr, weight_decay=weight_decay, warmup_epochs=warmup_epochs, label_smoothing=label_smoothing,
+                     momentum=momentum)
+        for key, bounds in OPTIMIZER_RANGES.items():  # the first number out of its range, by name
+            if error := range_error(f"model.{key}", given[key], *bounds):
+                raise ValueError(error)
         self.model = build_backbone(**backbone)  # the family chosen by model.arch
         # Plain lists, not tuples, so the checkpoint stays plain (weights_only loading).
         backbone = {k: list(v) if isinstance(v, tuple) else v for k, v in backbone.items()}

@@ -15,13 +15,24 @@ import yaml
 from vit_lightning.bookkeeping import SEED_KEY
 from vit_lightning.compat.wandb import env_mode
 from vit_lightning.identity import TRIAL_KEY
-from vit_lightning.sweep import jobscript, local, repair, select, supervise, trials, validate, wandb_backend, yamls
+from vit_lightning.sweep import (
+    jobscript,
+    local,
+    preview,
+    repair,
+    select,
+    supervise,
+    trials,
+    validate,
+    wandb_backend,
+    yamls,
+)
 from vit_lightning.sweep.validate import SweepError
 
 EPILOG = """\
 examples:
   vit-ablate sweep pos_encoding                          # demo profile, local backend, one trial after another
-  vit-ablate sweep pos_encoding --dry-run                # print every trial's command line
+  vit-ablate sweep pos_encoding --dry-run                # count, folder, each trial's state; commands to run
   vit-ablate sweep cls_vs_gap --profile cifar10 --parallel 4          # 4 trials at once, 1/4 of the GPUs each
   vit-ablate sweep pos_encoding --profile cifar10 --trials-per-gpu 3  # 3 trials on each GPU at once
   vit-ablate sweep sweeps/patch_size-demo.yaml --set trainer.max_epochs=1
@@ -41,7 +52,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("targets", nargs="+", metavar="NAME_OR_YAML", help="ablation name(s) or sweep YAML file(s)")
     p.add_argument("--profile", help="profile of a named ablation (default: demo)")
     p.add_argument("--backend", choices=("auto", "local", "wandb"), default="auto")
-    p.add_argument("--dry-run", action="store_true", help="print every trial's command line; run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the trials' count, their records' folder and each one's state (done, to run, failed), "
+                        "with the command line of each trial to run; run nothing")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting for every trial (repeatable), e.g. trainer.max_epochs=1")
     p.add_argument("--count", type=positive, help="at most N trials (random sweeps need this or run_cap)")
@@ -49,7 +62,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ablations-dir", type=Path, metavar="DIR", help="also load ablations from DIR/<name>.py")
     p.add_argument("--trials-per-gpu", type=positive, default=1, metavar="N",
                    help="N trials share each GPU (group): N local slots or N W&B agents per group, each with its "
-                        "share of the CPUs for loader workers (small models leave a GPU mostly idle)")
+                        "share of the CPUs for loader workers (small models leave a GPU mostly idle); refused where no GPU is "
+                        "visible (on the CPU: --parallel N)")
     p.add_argument("--trial-config", type=int, metavar="N",
                    help="print trial N's full fit config (YAML for `vit-ablate fit --config`, e.g. under srun); "
                         "run nothing")
@@ -226,8 +240,12 @@ def check_sources(all_trials: list[trials.Trial], args) -> None:
 def local_groups(args) -> list[list[str]]:
     """The local backend's GPU groups: --parallel K splits the visible GPUs (--trials-per-gpu alone: one per GPU)."""
     groups = args.parallel or (None if args.trials_per_gpu > 1 else 1)
+    gpus = supervise.visible_gpus()
+    if args.trials_per_gpu > 1 and not gpus:  # N slots would share no GPU: N trials at once on the CPU, unasked
+        raise SweepError(f"--trials-per-gpu {args.trials_per_gpu}: no GPU is visible here (CUDA_VISIBLE_DEVICES, "
+                         f"torch); on the CPU use --parallel {args.trials_per_gpu} to run that many trials at once")
     try:
-        return supervise.split_gpus(supervise.visible_gpus(), groups=groups)
+        return supervise.split_gpus(gpus, groups=groups)
     except ValueError as err:
         raise SweepError(f"--parallel {args.parallel}: {err}") from None
 
@@ -402,10 +420,13 @@ def main(argv: list[str] | None = None) -> int:
             groups = local_groups(args)
             all_trials = checked_trials(configs, args, gpus=len(groups[0]))
             searches = bayes_searches(configs, args, gpus=len(groups[0]))
+            if not args.dry_run:  # trials run here: what they ask of the machine, before anything is written
+                validate.machine_check(configs, [t.params for t in all_trials], len(groups[0]), args.trials_per_gpu > 1)
             repair.check(all_trials, searches, args.repair, args.dry_run, log=lambda m: print(m, file=sys.stderr))
             if args.dry_run:
                 slots = slot_lines(groups, args.trials_per_gpu) if args.trials_per_gpu > 1 else []
-                return print_lines([t.shell() for t in all_trials] + [f"# {described(s)}" for s in searches] + slots)
+                return print_lines(preview.lines(all_trials, args.retry_failed) + [f"# {described(s)}" for s in searches]
+                                   + slots)
             check_sources(all_trials, args)
             return run_local(all_trials, groups, args, searches)
         if args.confirm:

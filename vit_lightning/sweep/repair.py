@@ -60,6 +60,47 @@ def journal_shape(data) -> str | None:
     return None
 
 
+def journal_values(search, data) -> str | None:
+    """Why a well-shaped journal's proposals are not points of `search` (a parameter missing or unknown, a value of
+    the wrong type, not finite or outside its range, an id that is not its point's trial, an id twice), or None."""
+    seen: set[str] = set()
+    for k, proposal in enumerate(data["proposals"], 1):
+        raw = proposal["raw"]
+        if unknown := sorted(set(raw) - set(search.space)):
+            return f"proposal {k} sets {unknown[0]!r}, which the search does not search"
+        for name, dist in search.space.items():
+            if problem := _value_problem(dist, raw.get(name, _MISSING)):
+                return f"proposal {k}'s {name} {problem}"
+        if proposal["id"] != (made := search.trial(raw).id):
+            return f"proposal {k}'s id {proposal['id']!r} is not its point's trial ({made})"
+        if proposal["id"] in seen:
+            return f"proposal {k} repeats trial {proposal['id']}"
+        seen.add(proposal["id"])
+    return None
+
+
+_MISSING = object()
+
+
+def _value_problem(dist, value) -> str | None:
+    """Why `value` is not a point of one Optuna distribution (categorical: an index into its values), or None."""
+    if value is _MISSING:
+        return "is missing"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"is {value!r}, not a number"
+    if not math.isfinite(value):
+        return f"is {value!r}, not a finite number"
+    if hasattr(dist, "choices"):
+        if not isinstance(value, int) or not 0 <= value < len(dist.choices):
+            return f"is {value!r}, not the index of one of its {len(dist.choices)} values"
+        return None
+    if type(dist).__name__ == "IntDistribution" and not isinstance(value, int):
+        return f"is {value!r}, not a whole number"
+    if not dist.low <= value <= dist.high:
+        return f"is {value!r}, outside its range [{dist.low:g}, {dist.high:g}]"
+    return None
+
+
 def _records(folder: Path) -> list[dict]:
     """Every readable record in a sweep folder, oldest first."""
     out = []
@@ -133,7 +174,7 @@ def check(trials: list[Trial], searches, repair: bool, dry_run: bool, log: Calla
     """Name every damaged state and journal of this sweep in one line each; rebuild them (not in a dry run)
     where the rule above says so; SweepError for a journal that needs --repair."""
     for search in searches:
-        if problem := _problem(search.journal, journal_shape):
+        if problem := _problem(search.journal, lambda data, s=search: journal_shape(data) or journal_values(s, data)):
             if not repair:
                 raise SweepError(f"{search.journal}: damaged bayes journal ({problem}); run again with --repair to "
                                  "rebuild it from the records (the source of truth), or move it aside to start the "

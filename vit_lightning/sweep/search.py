@@ -182,7 +182,7 @@ class Search:
         with self._lock, _flocked(self.folder / ".bayes.lock"):
             proposals = self.proposals()
             confirmed = self.confirmed()
-            for p in proposals:
+            for p in proposals[:self.points]:  # a journal longer than the cap (a lower --count) runs no more than it
                 if trial := self.pending(self.runs(p["raw"], self.seeds_of(p["raw"], confirmed))):
                     return trial
             if len(proposals) >= self.points:

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from vit_lightning.bookkeeping import non_finite, suggest
 from vit_lightning.identity import TRIAL_KEY, flatten, normalize
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
 from vit_lightning.model.vit import INJECTION_OPTION
@@ -146,18 +147,6 @@ def check_space(space: dict[str, list]) -> None:
             raise SweepError(f"{label}: {err}" if label else str(err)) from None
 
 
-def suggest(name: str, known: set[str]) -> str:
-    """The choices for an unknown key: close matches, else the options of its group, else the groups."""
-    import difflib
-
-    if close := difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.8):
-        return f"did you mean {', '.join(close)}?"
-    group = name.split(".")[0] + "."
-    if same := sorted(k for k in known if k.startswith(group)):
-        return f"{group}* options: {', '.join(same)}"
-    return f"options are seed_everything and {', '.join(sorted({k.split('.')[0] + '.*' for k in known if '.' in k}))}"
-
-
 @functools.lru_cache(maxsize=1)
 def fit_parser():
     """The real `vit-ablate fit` parser (train.fit_parser), built once per sweep command."""
@@ -180,7 +169,7 @@ def check_trial(args: list[str]) -> None:
     namespace = parse_trial(args)
     adopt_source(namespace, args)
     flat = {key: normalize(value) for key, value in flatten(namespace.as_dict()).items()}
-    if error := settings_error(flat):
+    if error := non_finite(namespace.as_dict()) or settings_error(flat):
         raise SweepError(error)
     try:
         check_options(**namespace.data.as_dict())
@@ -257,3 +246,29 @@ def _model_error(options: str) -> str | None:
     except ValueError as err:
         return " ".join(str(err).split())
     return None
+
+
+def machine_check(configs: list[dict], trial_params: list[dict], gpus: int, share_cpus: bool = False) -> None:
+    """Every trial (a bayes sweep's by its first values) can run on this machine: its accelerator, devices, loader
+    workers (unless slots share the CPUs out) and data, checked once per distinct setting; SweepError otherwise."""
+    from vit_lightning.run import machine
+
+    defaults = flatten({k: v for k, v in fit_parser().get_defaults().as_dict().items() if k != "config"})
+    bayes = [{name: edge_values(*distribution(name, spec))[0] for name, spec in c["parameters"].items()}
+             for c in configs if c.get("method") == "bayes"]
+    found: dict[str, int] = {}
+    problems: dict[str, str | None] = {}
+    everything = [*trial_params, *bayes]
+    for params in everything:
+        flat = {key: normalize(value) for key, value in {**defaults, **params}.items()}
+        if share_cpus:
+            flat["data.num_workers"] = 0  # each slot's share of the CPUs caps them (supervise.slot_envs)
+        setting = json.dumps({k: v for k, v in flat.items() if k.startswith(("data.", "trainer."))}, sort_keys=True,
+                             default=str)
+        if setting not in problems:
+            problems[setting] = machine.problem(flat, gpus=gpus)
+        if line := problems[setting]:
+            found[line] = found.get(line, 0) + 1
+    if found:
+        line, count = next(iter(found.items()))
+        raise SweepError(f"{sum(found.values())} of {len(everything)} trials cannot run on this machine: {line}")
