@@ -15,7 +15,8 @@ BASE = ["hybrid", "--profile", "cifar10", "--backend", "local", "--print-sbatch"
 CHANGES = [(["--repair"], " --repair"), (["--retry-failed"], " --retry-failed"),
            (["--fresh-processes"], " --fresh-processes"), (["--seed", "7"], " --seed 7"),
            (["--parallel", "2"], " --parallel 2"), (["--trials-per-gpu", "2"], " --trials-per-gpu 2"),
-           (["--count", "3"], " --count 3"), (["--set", "trainer.max_epochs=3"], " --set trainer.max_epochs=3")]
+           (["--count", "3"], " --count 3"), (["--set", "trainer.max_epochs=3"], " --set trainer.max_epochs=3"),
+           (["--seeds-per-point", "3"], " --seeds-per-point 3"), (["--confirm", "2,5"], " --confirm 2,5")]
 # options that change nothing a local job does, or are not the local job's: the printing ones, the backend (named
 # in the script) and the wandb backend's own options; --ablations-dir is checked on its own below
 NOT_THE_JOBS = {"-h", "--dry-run", "--print-sbatch", "--trial-config", "--backend", "--profile", "--ablations-dir",
