@@ -149,7 +149,7 @@ def test_a_trials_command_carries_its_sweeps_rule_as_a_run_option_for_both_backe
     one = {k: spec.get("values", [spec.get("value")]) for k, spec in config["parameters"].items() if "distribution" not in spec}
     fixed = {k: vs[0] for k, vs in one.items() if len(vs) == 1 and not k.startswith("run.")}  # single-valued settings
     assert json.loads(carried[len(flag):]) == {"rule": config["early_terminate"], "metric": config["metric"],
-                                               "fixed": fixed, "replicate": "seed_everything"}  # 3 seeds a point
+                                               "fixed": fixed}
     params = {k: spec["value"] if "value" in spec else spec["values"][0] for k, spec in config["parameters"].items()
               if "distribution" not in spec} | {"model.lr": 0.001}
     trial = trials.make(config, params)

@@ -154,37 +154,37 @@ def test_cli_seeds_per_point_and_confirm(tmp_path, capsys, monkeypatch):
     assert "--confirm is the local backend's" in capsys.readouterr().err
 
 
-def test_the_demo_bayes_profile_confirms_its_top_two_at_five_seeds():
+def test_the_demo_bayes_seeds_profile_confirms_its_top_two_at_five_seeds():
     from vit_lightning.ablation import load
     from vit_lightning.sweep import yamls
 
-    (_, config), *_ = yamls.sweep_configs(load("cls_vs_gap"), "demo_bayes")
+    (_, config), *_ = yamls.sweep_configs(load("cls_vs_gap"), "demo_bayes_seeds")
     assert config["parameters"]["seed_everything"] == {"values": [0, 1, 2]} and config["run_cap"] == 24
     assert "confirm" not in config  # no W&B key: read from the profile the sweep names
     assert cli.profile_confirm(config, None) == (2, 5)
 
 
 def test_the_searched_table_tests_the_confirmed_points_against_the_grids_best_cell(tmp_path):
-    """Canned demo_bayes records (cls/mlp_tanh: two points at 5 seeds, one at 3) against the committed demo grid:
+    """Canned demo_bayes_seeds records (cls/mlp_tanh: two points at 5 seeds, one at 3) against the committed demo grid:
     the confirmed points' rows, Welch's p by scipy and Holm's by hand."""
     from scipy import stats
 
     from vit_lightning.results import cli as table_cli
 
     repo_grid = Path(__file__).resolve().parent.parent / "results" / "cls_vs_gap"
-    folder = tmp_path / "runs" / "cls_vs_gap" / "demo_bayes"
+    folder = tmp_path / "runs" / "cls_vs_gap" / "demo_bayes_seeds"
     accs = {0.002: [0.95, 0.952, 0.948, 0.951, 0.949], 0.0028: [0.90, 0.91, 0.905, 0.895, 0.90], 0.001: [0.99] * 3}
     for lr, values in accs.items():
         for seed, acc in enumerate(values):
             name = f"p{lr}-s{seed}"
             (folder / name).mkdir(parents=True)
             cfg = {"model.pooling": "cls", "model.head": "mlp_tanh", "model.lr": lr, "seed_everything": seed}
-            record = {"name": name, "trial": name, "ablation": "cls_vs_gap", "profile": "demo_bayes",
+            record = {"name": name, "trial": name, "ablation": "cls_vs_gap", "profile": "demo_bayes_seeds",
                       "status": "completed", "config": cfg, "metrics": {"val/acc_best": acc},
                       "history": [{"epoch": e, "val/acc": acc} for e in range(20)]}
             (folder / name / "results.json").write_text(json.dumps(record))
     out = tmp_path / "out"
-    assert table_cli.main(["cls_vs_gap", "--profile", "demo_bayes", "--runs", str(tmp_path / "runs"), "--out",
+    assert table_cli.main(["cls_vs_gap", "--profile", "demo_bayes_seeds", "--runs", str(tmp_path / "runs"), "--out",
                            str(out), "--compare-with", str(repo_grid), "--no-figures"]) == 0
     text = (out / "table.md").read_text()
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.split("## the top 2 points")[1].splitlines()
@@ -256,7 +256,7 @@ def test_a_bad_confirm_is_refused_where_it_is_written():
 
     from vit_lightning.ablation import load
 
-    prof = load("cls_vs_gap").profile("demo_bayes")
+    prof = load("cls_vs_gap").profile("demo_bayes_seeds")
     for bad in ({"top": 2}, {"top": 0, "seeds": 5}, {"top": 2, "seeds": 2}):
         with pytest.raises(ValueError, match="a search's confirm is"):
             dataclasses.replace(prof, search={**prof.search, "confirm": bad})

@@ -212,7 +212,7 @@ def test_a_searched_profile_table_counts_its_spend_against_the_grid(tmp_path):
     assert table_cli.main(["cls_vs_gap", "--profile", "demo_bayes", "--runs", str(tmp_path / "runs"), "--out", str(out),
                            "--compare-with", str(repo_grid), "--no-figures"]) == 0
     text = (out / "table.md").read_text()
-    spend = text.split("## the top 2 points")[0]  # the spend table (the confirmation's follows it)
+    spend = text.split("## bayes search of ")[1]  # the spend table, below the verdict grid
     grid = [json.loads(p.read_text()) for p in (repo_grid / "records").glob("*.json")]
     grid = [r for r in grid if r["profile"] == "demo"]
     epochs = {s: sum(len(r["history"]) for r in grid if (r["config"]["model.pooling"], r["config"]["model.head"]) == s)
