@@ -56,14 +56,14 @@ def readouts(model, loader, images: int, grid: tuple[int, int], chunk: int = 8) 
     """Per block the mean attention entropy (nats, patch queries over every token) and mean attention distance (in
     patches, i.e. tokens) over the first `images` images of a loader, `chunk` at a time; None when the maps are not
     (B, h, prefix + N, prefix + N) on this grid (attention in windows). Fields ENTROPY and DISTANCE (block means),
-    `<field>/block<i>` and `attn/images`."""
+    `<field>/block<i>`, `attn/images` and `attn/tokens` (T, prefix tokens included)."""
     device, n = next(model.parameters()).device, grid[0] * grid[1]
-    was_training, seen, entropy, distance = model.training, 0, None, None
+    was_training, seen, entropy, distance, tokens = model.training, 0, None, None, 0
     model.eval()
     for x, _ in loader:
         for part in x[: images - seen].split(chunk):
             maps = model.attention_maps(part.to(device))  # L x (b, h, T, T)
-            prefix = maps[0].shape[-1] - n
+            tokens, prefix = maps[0].shape[-1], maps[0].shape[-1] - n
             if prefix < 0 or maps[0].shape[-2] != maps[0].shape[-1]:
                 model.train(was_training)
                 return None
@@ -75,7 +75,7 @@ def readouts(model, loader, images: int, grid: tuple[int, int], chunk: int = 8) 
     model.train(was_training)
     if not seen:
         return None
-    out: dict[str, float] = {"attn/images": seen}
+    out: dict[str, float] = {"attn/images": seen, "attn/tokens": tokens}
     for field, total in ((ENTROPY, entropy), (DISTANCE, distance)):
         per_block = (total / (seen * n)).tolist()
         out[field] = sum(per_block) / len(per_block)
