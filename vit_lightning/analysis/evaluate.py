@@ -43,7 +43,7 @@ from vit_lightning.identity import plain
 from vit_lightning.model.build import build_backbone
 from vit_lightning.model.family import ATTENTION_MAPS, DEFAULT_ARCH, FAMILIES, RESIZE, TOKEN_GRID, family_of
 from vit_lightning.model.position import set_frequency_rule
-from vit_lightning.model.rope import SCALINGS
+from vit_lightning.model.rope import NO_SCALING, SCALINGS
 from vit_lightning.run.record import RunRecord
 from vit_lightning.run.rundir import (
     Busy,
@@ -135,7 +135,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pos-resample", choices=RESAMPLE, default="bicubic",
                    help="how learned tables meet a new grid: interpolated (bicubic, bilinear, nearest) or keep (trained "
                         "entries kept bit for bit, offsets or positions beyond the trained range clamped to the edge)")
-    p.add_argument("--rope-scaling", choices=SCALINGS, default="none",
+    p.add_argument("--rope-scaling", choices=SCALINGS, default=NO_SCALING,
                    help="RoPE's frequencies on a grid larger than trained: none (plain extension), ntk (NTK-aware base) "
                         "or yarn (YaRN's per-frequency ramp and temperature)")
     p.add_argument("--attention-images", type=int, default=READOUT_IMAGES,
@@ -265,7 +265,7 @@ def run(args, changes: dict) -> tuple[dict, Path]:
 def _rule_suffix(args, sep: str) -> str:
     """The grid rules away from their defaults, for the record's file name and its key: '' for the defaults."""
     rules = [args.pos_resample] if args.pos_resample != "bicubic" else []
-    rules += [f"rope-{args.rope_scaling}"] if args.rope_scaling != "none" else []
+    rules += [f"rope-{args.rope_scaling}"] if args.rope_scaling != NO_SCALING else []
     return "".join(sep + rule for rule in rules)
 
 
@@ -337,7 +337,7 @@ def add_eval(record: dict):
     larger canvas, not zoomed; the grid rules only where not the defaults, bicubic and none)."""
     resized = record["source"].get("patch_resize")
     rules = argparse.Namespace(pos_resample=record.get("pos_resample", "bicubic"),
-                               rope_scaling=record.get("rope_scaling", "none"))
+                               rope_scaling=record.get("rope_scaling", NO_SCALING))
     key = (f"{record['data'].get('name')}@{record['img_size']}px" + ("/canvas" if record.get("view") == "canvas" else "")
            + (f"/p{resized['to']}" if resized else "") + _rule_suffix(rules, "/"))
 

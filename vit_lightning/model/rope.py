@@ -89,6 +89,7 @@ def rotate(x: torch.Tensor, theta: torch.Tensor, skip: int) -> torch.Tensor:
 # than ALPHA times over the trained side, keep the ones that turn more than BETA times, ramp between; logits sharpened
 # by (0.1 ln s + 1)^2). s: the new grid's side over the trained one, per axis; nothing changes where s <= 1.
 SCALINGS = ("none", "ntk", "yarn")
+NO_SCALING = SCALINGS[0]  # plain extension: the trained frequencies
 YARN_ALPHA, YARN_BETA = 1.0, 32.0  # YaRN's ramp bounds (its LLaMA values), in turns over the trained length
 
 
