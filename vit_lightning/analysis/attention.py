@@ -19,18 +19,18 @@ def patch_distances(grid: tuple[int, int], stride: float) -> torch.Tensor:
 
 
 def attention_distance_sum(maps: list[torch.Tensor], grid: tuple[int, int], stride: float,
-                           num_prefix: int) -> torch.Tensor:
+                           num_prefix: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Per layer and head, the attention-weighted query-key distance summed over images and query patches.
 
     Only patch-to-patch attention carries a distance: attention to prefix tokens is dropped and each
     query's remaining weights are renormalised. Divide by (images x patches) for the mean: (L, heads).
     """
-    dist = patch_distances(grid, stride)  # (N, N)
+    dist = patch_distances(grid, stride).to(dtype)  # (N, N)
     out = []
     for probs in maps:  # (B, h, T, T)
-        patch = probs.double()[..., num_prefix:, num_prefix:]  # (B, h, N, N)
+        patch = probs.to(dtype)[..., num_prefix:, num_prefix:]  # (B, h, N, N)
         patch = patch / patch.sum(dim=-1, keepdim=True)
-        out.append((patch * dist).sum(dim=(-1, -2, 0)))  # (h,)
+        out.append((patch * dist).sum(dim=(-1, -2, 0)).double())  # (h,)
     return torch.stack(out)
 
 
@@ -41,13 +41,13 @@ def mean_attention_distance(maps: list[torch.Tensor], grid: tuple[int, int], str
     return attention_distance_sum(maps, grid, stride, num_prefix) / (images * n)
 
 
-def attention_entropy_sum(maps: list[torch.Tensor], num_prefix: int) -> torch.Tensor:
+def attention_entropy_sum(maps: list[torch.Tensor], num_prefix: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """(L,) entropy (nats) of each patch query's attention over every token, mean over heads, summed over
     images and queries; divide by (images x patches) for the mean. Low: attention on a few tokens."""
     out = []
     for probs in maps:  # (B, h, T, T)
-        p = probs.double()[:, :, num_prefix:]  # (B, h, N, T) rows of the patch queries
-        out.append(-(p * p.clamp_min(1e-300).log()).sum(-1).mean(1).sum())
+        p = probs.to(dtype)[:, :, num_prefix:]  # (B, h, N, T) rows of the patch queries
+        out.append(torch.special.entr(p).sum(-1).mean(1).double().sum())  # -p log p, 0 where p = 0
     return torch.stack(out)
 
 
@@ -67,7 +67,9 @@ def readouts(model, loader, images: int, grid: tuple[int, int], chunk: int = 8) 
             if prefix < 0 or maps[0].shape[-2] != maps[0].shape[-1]:
                 model.train(was_training)
                 return None
-            e, d = attention_entropy_sum(maps, prefix), attention_distance_sum(maps, grid, 1.0, prefix).mean(1)
+            # float32 here: the means of thousands of queries, not one figure's per-head numbers
+            e = attention_entropy_sum(maps, prefix, torch.float32)
+            d = attention_distance_sum(maps, grid, 1.0, prefix, torch.float32).mean(1)
             entropy, distance = (e, d) if entropy is None else (entropy + e, distance + d)
             seen += len(part)
         if seen >= images:
