@@ -52,3 +52,18 @@ def test_the_table_draws_the_curves_and_says_which_fall_drifted(tmp_path):
     assert "learned_1d falls with entropy drift (0.850 -> 0.405 at 4.67x, entropy 0.55 -> 0.83 of uniform)" in md
     assert "none holds (0.850 -> 0.845 at 4.67x" in md
     assert (out / "extrapolation.png").stat().st_size > 0 and (out / "attention_readouts.png").stat().st_size > 0
+
+
+def test_the_absolute_tasks_canvas_columns_say_the_quadrants_scale(tmp_path):
+    from test_results import md_cells
+
+    task = "data.task"
+    ab = make("canvas", ENC, None, [{ENC: ["none"], task: ["absolute"]}], seeds=(0,), baseline={ENC: "none"})
+    name = write_run(tmp_path / "runs", ab, {ENC: "none", task: "absolute"}, 0, 0.85, **{"model.img_size": 36})
+    path = tmp_path / "runs/canvas/demo" / name / "results.json"
+    record = json.loads(path.read_text())
+    record["eval"] = {"mnist5k@168px/canvas": {"val/acc": 0.5}}
+    path.write_text(json.dumps(record))
+    _, md = table(ab, tmp_path)
+    view = md.split("evaluated at other image sizes (columns, px) without fine-tuning")[1]
+    assert md_cells(view, "cell") == ["cell", "36 px", "168 px (quadrants scale with the canvas)"]
