@@ -6,9 +6,12 @@ position encoding is resampled as fine-tuning would resample it. Another img_siz
 changes scale) unless `--data.resize=pad` centres them on a larger canvas; glyphs and translated_mnist are drawn at
 the new canvas, the content at its own scale (filed as `<data>@<N>px/canvas`). Several SOURCEs are evaluated in turn.
 `--model.patch_size=N` evaluates at another patch size, the patch kernel PI-resized (FlexiViT) and the encodings
-resampled to the new grid. With the source's head, val/acc_shuffled and val/shuffle_drop too (the patches of every
-image permuted, shuffle.py). The numbers go to a JSON record beside the checkpoint (or --out), or into the run's
-results.json with --into-record.
+resampled to the new grid. `--pos-resample keep` keeps learned tables' trained entries instead of interpolating them,
+`--rope-scaling ntk|yarn` changes RoPE's frequencies on a larger grid; both, away from their defaults, are part of the
+record's key. With the source's head, val/acc_shuffled and val/shuffle_drop too (the patches of every image permuted,
+shuffle.py). The attention read-outs (analysis/attention.py: per block mean entropy and distance in tokens, of
+--attention-images images) go into the record as `attention` and beside the metrics in the run record. The numbers
+go to a JSON record beside the checkpoint (or --out), or into the run's results.json with --into-record.
 
 A head is only as good as the classes it was trained on: on data with another number of classes (or with
 --new-head) the head is new and untrained, so only few-shot (which fits its own linear classifier on the frozen
