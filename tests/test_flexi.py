@@ -93,12 +93,12 @@ def test_eval_and_fine_tuning_at_another_patch_size(tmp_path, capsys):
     out = json.loads((run / "eval-mnist5k-28px-p4.json").read_text())
     assert out["patch_size"] == 4 and out["source"]["patch_resize"] == {"from": 7, "to": 4, "kernel": "pi_resize (FlexiViT)"}
     assert 0 <= out["metrics"]["val/acc"] <= 1
-    assert json.loads((run / "results.json").read_text())["eval"]["mnist5k@28px/p4"] == out["metrics"]
+    assert json.loads((run / "results.json").read_text())["eval"]["mnist5k@28px/p4"] == {**out["metrics"], **out["attention"]}
     # the same-grid control of the transfer view: image and patch scaled together, the 4x4 grid kept
     assert cli.main(["eval", str(run), "--model.patch_size=14", "--data.img_size=56", "--into-record"]) == 0
     kept = json.loads((run / "eval-mnist5k-56px-p14.json").read_text())
     assert kept["img_size"] == 56 and kept["source"]["patch_resize"]["to"] == 14
-    assert json.loads((run / "results.json").read_text())["eval"]["mnist5k@56px/p14"] == kept["metrics"]
+    assert json.loads((run / "results.json").read_text())["eval"]["mnist5k@56px/p14"] == {**kept["metrics"], **kept["attention"]}
     assert cli.main(["eval", str(run), "--model.patch_size=5", "--shots"]) == 2  # 28 px has no patches of 5
     assert "not divisible by patch_size=5" in capsys.readouterr().err
     assert train.main([*TINY, f"--run.root={tmp_path}", f"--model.init_from={run}", "--model.patch_size=14",
