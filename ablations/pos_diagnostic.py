@@ -27,6 +27,22 @@ ENC, TASK = "model.pos_encoding", "data.task"
 ENCODINGS = ["none", "learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d", "rope_axial",
              "rope_mixed", "alibi_2d", "peg"]
 TASKS = ["absolute", "relative", "position_free"]
+# Encodings added since the committed draw, for the next profile, each with its pattern expected before its first run
+# (task: expected). Evaluate their canvases as the others; RoPE's frequency rules are eval options (--rope-scaling).
+SINCE_COMMITTED = {
+    "lookhere_180": {"absolute": "above chance only through the field-of-view borders (a head looking left from the "
+                                 "left column sees itself alone), below the learned tables",
+                     "relative": "answers: its heads look one way each, so it tells left from right (ALiBi cannot)",
+                     "canvases": "holds best of the biases: the same masks and slopes at longer distances"},
+    "lookhere_90": {"absolute": "as lookhere_180", "relative": "answers, as lookhere_180",
+                    "canvases": "as lookhere_180"},
+    "lookhere_45": {"absolute": "as lookhere_180", "relative": "answers, below lookhere_90 with 4 heads (half of "
+                                                               "the octants unseen)", "canvases": "as lookhere_180"},
+    "fire_2d": {"absolute": "above chance through each query's reach to the border (its normaliser), left and right "
+                            "alike, so below the learned tables",
+                "relative": "answers: signed per-axis offsets",
+                "canvases": "holds near the trained offsets; far queries read rescaled offsets (FIRE interpolates)"},
+}
 GLYPHS = {"data.name": "glyphs", "model.pos_injection": "stem"}
 # 36 px at patch 6: 36 tokens, the smallest grid the benchmark asks for; 3,200 training images a task, 6 epochs:
 # in the pilot, rope_axial answered the relative task by epoch 2 while learned_1d left chance only after epoch 4

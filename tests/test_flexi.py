@@ -93,13 +93,13 @@ def test_eval_and_fine_tuning_at_another_patch_size(tmp_path, capsys):
     out = json.loads((run / "eval-mnist5k-28px-p4.json").read_text())
     assert out["patch_size"] == 4 and out["source"]["patch_resize"] == {"from": 7, "to": 4, "kernel": "pi_resize (FlexiViT)"}
     assert 0 <= out["metrics"]["val/acc"] <= 1
-    assert json.loads((run / "results.json").read_text())["eval"]["mnist5k@28px/native/p4"] == out["metrics"]
+    assert json.loads((run / "results.json").read_text())["eval"]["mnist5k@28px/native/p4"] == {**out["metrics"], **out["attention"]}
     # the same-grid control of the transfer view: image and patch scaled together, the 4x4 grid kept
     assert cli.main(["eval", str(run), "--model.patch_size=14", "--data.img_size=56", "--into-record"]) == 0
     kept = json.loads((run / "eval-mnist5k-56px-p14.json").read_text())
     assert kept["img_size"] == 56 and kept["source"]["patch_resize"]["to"] == 14
     record = json.loads((run / "results.json").read_text())
-    assert record["eval"]["mnist5k@56px/zoom/p14"] == kept["metrics"]
+    assert record["eval"]["mnist5k@56px/zoom/p14"] == {**kept["metrics"], **kept["attention"]}
     # the transfer view reads both from the keys eval files them under
     from vit_lightning.results.patch_transfer import _accuracy
 

@@ -33,8 +33,10 @@ def test_every_combination_trains(encoding, injection, pooling, stem):
     assert logits.shape == (3, 10)
     logits.logsumexp(-1).sum().backward()
     # With [class] pooling the last block's patch outputs are discarded, so its patch-to-patch
-    # relative table cannot matter; every other parameter must learn.
-    dead = {"pos.parts.3.table"} if model.pos.relative and pooling == "cls" else set()
+    # relative table (or FIRE's function) cannot matter; every other parameter must learn.
+    last = f"pos.parts.{len(model.blocks) - 1}."
+    dead = ({n for n, _ in model.named_parameters() if n.startswith(last) and not n.endswith("prefix_table")}
+            if model.pos.relative and pooling == "cls" else set())  # the [class] row's own entries still matter
     for name, p in model.named_parameters():
         if name in dead:
             continue

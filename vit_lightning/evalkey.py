@@ -1,9 +1,10 @@
 """The key an evaluation is filed under in a run record's `eval`: what it measured.
 
-`<data>[:<task>:x<glyph scale>]@<N>px/<view>[/p<patch>]`: the data, its question and glyph scale (data that asks
-several questions only), the image side, and how the images met it against the run's own (`native`: as trained;
-`canvas`: the content at its trained scale on a canvas of another side; `zoom`: the content at another scale,
-resized or drawn so), then the patch size when it differs from the run's. Records written before this key
+`<data>[:<task>:x<glyph scale>]@<N>px/<view>[/p<patch>][/<rule>...]`: the data, its question and glyph scale (data
+that asks several questions only), the image side, and how the images met it against the run's own (`native`: as
+trained; `canvas`: the content at its trained scale on a canvas of another side; `zoom`: the content at another
+scale, resized or drawn so), then the patch size when it differs from the run's, then the grid rules where not the
+defaults (`keep`: trained offsets and rows kept; `rope-ntk`, `rope-yarn`: RoPE's frequencies scaled). Records written before this key
 (`<data>@<N>px[/canvas][/p<patch>]`, no task even for data that asks several) were measured on the run's own task
 and glyph scale, the eval's default, and read as such (without `/canvas`: not a canvas).
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 VIEWS = ("native", "canvas", "zoom")
 KEY = re.compile(r"(?P<data>[^@:/]+)(?::(?P<task>[^@:/]+):x(?P<scale>\d+))?@(?P<px>\d+)px"
-                 r"/(?P<view>native|canvas|zoom)(?:/p(?P<patch>\d+))?")
+                 r"/(?P<view>native|canvas|zoom)(?:/p(?P<patch>\d+))?(?P<rules>(?:/(?!p\d)[a-z][a-z0-9-]*)*)")
 EARLIER = re.compile(r"(?P<data>[^@:/]+)@(?P<px>\d+)px(?:/(?P<canvas>canvas))?(?:/p(?P<patch>\d+))?")
 
 
@@ -30,10 +31,11 @@ class EvalKey:
     scale: int | None = None
     patch: int | None = None
     earlier: bool = False
+    rules: str = ""  # the grid rules away from their defaults, as in the key: "/keep/rope-ntk"; "": the defaults
 
     def __str__(self) -> str:
         asks = f":{self.task}:x{self.scale}" if self.task is not None else ""
-        return f"{self.data}{asks}@{self.img_size}px/{self.view}" + (f"/p{self.patch}" if self.patch else "")
+        return f"{self.data}{asks}@{self.img_size}px/{self.view}" + (f"/p{self.patch}" if self.patch else "") + self.rules
 
     def of_run(self, config: dict) -> bool:
         """Measured on the run's own data, task and glyph scale (its config's flat keys)."""
@@ -49,7 +51,7 @@ def parse(key: str) -> EvalKey | None:
     if match := KEY.fullmatch(key):
         scale, patch = match["scale"], match["patch"]
         return EvalKey(match["data"], int(match["px"]), match["view"], match["task"], scale and int(scale),
-                       patch and int(patch))
+                       patch and int(patch), rules=match["rules"])
     if match := EARLIER.fullmatch(key):
         return EvalKey(match["data"], int(match["px"]), "canvas" if match["canvas"] else "zoom",
                        patch=match["patch"] and int(match["patch"]), earlier=True)

@@ -17,7 +17,7 @@ FLOORS = (
     ("run.callbacks",),  # what fit attaches: stops, reseeding, progress lines
     ("run.record",),  # the run record fit keeps
     ("run.hyperband", "run.loggers"),  # early termination from the records; the CSV and W&B loggers
-    ("analysis.trained",),  # a trained run loaded back
+    ("analysis.trained", "analysis.attention"),  # a trained run loaded back; read-outs of its attention maps
     ("analysis.fewshot",),  # few-shot probes of its frozen features
     ("analysis.shuffle",),  # its accuracy with the patches shuffled
     ("analysis.evaluate",),  # `vit-ablate eval`

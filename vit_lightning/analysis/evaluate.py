@@ -9,9 +9,12 @@ task and glyph scale, size, view, patch size), so one on another task or glyph s
 own. Several SOURCEs are evaluated in turn; evaluations of one run by several processes add to its record side by
 side, and none works while a fit trains the run.
 `--model.patch_size=N` evaluates at another patch size, the patch kernel PI-resized (FlexiViT) and the encodings
-resampled to the new grid. With the source's head, val/acc_shuffled and val/shuffle_drop too (the patches of every
-image permuted, shuffle.py). The numbers go to a JSON record beside the checkpoint (or --out), or into the run's
-results.json with --into-record.
+resampled to the new grid. `--pos-resample keep` keeps learned tables' trained entries instead of interpolating them,
+`--rope-scaling ntk|yarn` changes RoPE's frequencies on a larger grid; both, away from their defaults, are part of the
+record's key. With the source's head, val/acc_shuffled and val/shuffle_drop too (the patches of every image permuted,
+shuffle.py). The attention read-outs (analysis/attention.py: per block mean entropy and distance in tokens, of
+--attention-images images) go into the record as `attention` and beside the metrics in the run record. The numbers
+go to a JSON record beside the checkpoint (or --out), or into the run's results.json with --into-record.
 
 A head is only as good as the classes it was trained on: on data with another number of classes (or with
 --new-head) the head is new and untrained, so only few-shot (which fits its own linear classifier on the frozen
@@ -38,13 +41,16 @@ import yaml
 from typing_extensions import override
 
 from vit_lightning.analysis import fewshot
+from vit_lightning.analysis.attention import readouts
 from vit_lightning.analysis.shuffle import PERMUTATIONS, block_error, shuffled_accuracy, validation_batches
 from vit_lightning.analysis.trained import TrainedError, build_data, load_trained
 from vit_lightning.bookkeeping import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC, now, number_in, write_atomic
 from vit_lightning.evalkey import EvalKey
 from vit_lightning.identity import plain
 from vit_lightning.model.build import build_backbone
-from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, RESIZE, TOKEN_GRID, family_of
+from vit_lightning.model.family import ATTENTION_MAPS, DEFAULT_ARCH, FAMILIES, RESIZE, TOKEN_GRID, family_of
+from vit_lightning.model.position import set_frequency_rule
+from vit_lightning.model.rope import NO_SCALING, SCALINGS
 from vit_lightning.run.record import RunRecord
 from vit_lightning.run.rundir import (
     Busy,
@@ -81,7 +87,7 @@ def accuracy(vit: torch.nn.Module, loader, progress: bool = False) -> dict[str, 
         batches = track(loader, description="evaluating", transient=True)
     for x, y in batches:
         x, y = x.to(device), y.to(device)
-        logits = vit(x).float()  # (B, K)
+        logits = torch.cat([vit(part).float() for part in x.split(_chunk(vit, x))])  # (B, K)
         top = logits.topk(min(5, logits.shape[1]), dim=1).indices  # (B, 5)
         hits1 += int((top[:, 0] == y).sum())
         hits5 += int((top == y[:, None]).any(1).sum())
@@ -89,6 +95,16 @@ def accuracy(vit: torch.nn.Module, loader, progress: bool = False) -> dict[str, 
         n += len(y)
     vit.train(was_training)
     return {"val/acc": hits1 / n, "val/acc5": hits5 / n, "val/loss": loss / n}
+
+
+PAIR_BUDGET = 2**25  # images x tokens^2 per forward: a 28 x 28 canvas (785 tokens) runs 54 images at a time
+
+
+def _chunk(vit: torch.nn.Module, x: torch.Tensor) -> int:
+    """Images per forward so that attention maps (images x tokens^2) stay within PAIR_BUDGET on a large canvas."""
+    patch = getattr(vit.config, "patch_size", None) or 1
+    tokens = max(1, (x.shape[-2] // patch) * (x.shape[-1] // patch))
+    return max(1, PAIR_BUDGET // tokens**2)
 
 
 class StartAccuracy(pl.Callback):
@@ -123,7 +139,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("source", nargs="+", help="a run dir, a .ckpt, timm:NAME or timm:NAME@FILE (several: each in turn)")
     p.add_argument("--model.patch_size", dest="patch_size", type=int, default=None,
                    help="evaluate at this patch size (the kernel PI-resized; default: the source's)")
-    p.add_argument("--pos-resample", choices=RESAMPLE, default="bicubic", help="interpolation of learned tables")
+    p.add_argument("--pos-resample", choices=RESAMPLE, default="bicubic",
+                   help="how learned tables meet a new grid: interpolated (bicubic, bilinear, nearest) or keep (trained "
+                        "entries kept bit for bit, offsets or positions beyond the trained range clamped to the edge)")
+    p.add_argument("--rope-scaling", choices=SCALINGS, default=NO_SCALING,
+                   help="RoPE's frequencies on a grid larger than trained: none (plain extension), ntk (NTK-aware base) "
+                        "or yarn (YaRN's per-frequency ramp and temperature)")
+    p.add_argument("--attention-images", type=int, default=READOUT_IMAGES,
+                   help=f"validation images for the attention read-outs (per block mean entropy and distance in "
+                        f"tokens; default {READOUT_IMAGES}; 0: none)")
     p.add_argument("--shots", type=int, nargs="*", default=list(fewshot.SHOTS), help="few-shot k ([]: none)")
     p.add_argument("--out", type=Path, default=None, help="JSON record to write (default: beside the checkpoint)")
     p.add_argument("--into-record", action="store_true", help="also add the numbers to the run's results.json")
@@ -136,6 +160,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 MAX_PATCH, MAX_SHOTS, MAX_PERMS = 4096, 10**5, 1000  # bounds on eval's numbers, far above any real setting
+READOUT_IMAGES, MAX_READOUT = 16, 10**5  # read-out images: 16 x N queries per block mean (12,544 at 28x28), cheap enough there
 
 
 def check_args(args) -> None:
@@ -149,6 +174,8 @@ def check_args(args) -> None:
         raise ValueError(f"--shots {bad[0]}: a few-shot k is at most {MAX_SHOTS} images per class")
     if not 0 <= args.shuffle_perms <= MAX_PERMS:
         raise ValueError(f"--shuffle-perms {args.shuffle_perms}: a count of permutations, 0 (none) to {MAX_PERMS}")
+    if not 0 <= args.attention_images <= MAX_READOUT:
+        raise ValueError(f"--attention-images {args.attention_images}: a count of images, 0 (none) to {MAX_READOUT}")
     check_device(args.device)
     if args.out is not None:
         check_writable(args.out, "--out")
@@ -219,10 +246,11 @@ def run(args, changes: dict) -> tuple[dict, Path]:
         print(f"vit-ablate eval: the data has {datamodule.num_classes} classes, the source's head {trained_classes}: "
               "that head never saw these classes, so top-1, top-5 and loss are not reported (few-shot only; "
               "--new-head says so)", file=sys.stderr, flush=True)
+    set_frequency_rule(vit, args.rope_scaling)  # before anything runs: a rule without RoPE is refused here
     beside = Path(about["file"]).parent if about.get("file") else Path(".")
     options = {**(data or {}), **changes}
     key = eval_key(datamodule, options, data or {}, about)
-    out = args.out or beside / out_name(key)
+    out = args.out or beside / f"{out_name(key).removesuffix('.json')}{_rule_suffix(args, '-')}.json"
     if args.out is None:
         check_writable(out, "the eval record")
     vit.to(args.device)
@@ -232,10 +260,12 @@ def run(args, changes: dict) -> tuple[dict, Path]:
     if args.shots:
         metrics.update(fewshot.evaluate(vit, datamodule, tuple(args.shots)))
     record = {"source": {k: v for k, v in about.items() if k not in ("classes", "trained_size")}, "data": options,
-              "key": str(key), "img_size": datamodule.img_size, "view": key.view, "patch_size": vit.config.patch_size,
-              "pos_resample": args.pos_resample,
+              "key": str(key) + _rule_suffix(args, "/"), "img_size": datamodule.img_size, "view": key.view,
+              "patch_size": vit.config.patch_size, "pos_resample": args.pos_resample, "rope_scaling": args.rope_scaling,
               "new_head": new_head,
               "metrics": metrics, "finished_at": now()}
+    if attention := _readouts(vit, datamodule, args.attention_images):
+        record["attention"] = attention
     return record, out
 
 
@@ -259,6 +289,26 @@ def out_name(key: EvalKey) -> str:
     asks = f"-{key.task}-x{key.scale}" if key.task is not None else ""
     return (f"eval-{key.data}{asks}-{key.img_size}px" + ("-canvas" if key.view == "canvas" else "")
             + (f"-p{key.patch}" if key.patch else "") + ".json")
+
+
+def _rule_suffix(args, sep: str) -> str:
+    """The grid rules away from their defaults, for the record's file name and its key: '' for the defaults."""
+    rules = [args.pos_resample] if args.pos_resample != "bicubic" else []
+    rules += [f"rope-{args.rope_scaling}"] if args.rope_scaling != NO_SCALING else []
+    return "".join(sep + rule for rule in rules)
+
+
+def _readouts(vit, datamodule, images: int) -> dict | None:
+    """The attention read-outs at the evaluated grid (analysis.attention.readouts), or None (and a note) without."""
+    family = family_of(vit)
+    if not images or (error := family.lacks(ATTENTION_MAPS, "the attention read-outs")
+                      or family.lacks(TOKEN_GRID, "the attention read-outs")):
+        if images:
+            print(f"vit-ablate eval: no attention read-outs: {error}", file=sys.stderr, flush=True)
+        return None
+    side = datamodule.img_size
+    grid = tuple(vit.stem.grid_for(side if isinstance(side, tuple) else (side, side)))
+    return readouts(vit, datamodule.val_dataloader(), images, grid)
 
 
 def _shuffled(vit, datamodule, count: int) -> dict[str, float]:
@@ -313,11 +363,11 @@ def _as_trained(args, changes: dict):
 
 def add_eval(record: dict):
     """The change that files an evaluation record under the run record's `eval`, by what it measured (its `key`:
-    data, task and glyph scale, image size, view, patch size; evalkey.py)."""
+    data, task and glyph scale, image size, view, patch size, and the grid rules where not the defaults; evalkey.py)."""
     key = record["key"]
 
-    def change(run_record: dict) -> None:
-        run_record.setdefault("eval", {})[key] = record["metrics"]
+    def change(run_record: dict) -> None:  # the read-outs beside the metrics, as numbers (attn/...)
+        run_record.setdefault("eval", {})[key] = {**record["metrics"], **record.get("attention", {})}
     return change
 
 

@@ -42,6 +42,21 @@ def _interp_2d(table: torch.Tensor, size: tuple[int, int], mode: str = "bicubic"
                          antialias=smooth)[0]
 
 
+# How a resize meets a learned table (model.pos_resample): interpolated, or KEEP: every trained entry kept as it was
+# (bit for bit; a learned table top-left aligned, as RoPE's patch coordinates count from the top-left patch) and the
+# entries beyond the trained range copying the nearest trained edge (Swin's offsets clamped)
+KEEP = "keep"
+
+
+def edge_index(size: int, trained: int, centred: bool = False) -> torch.Tensor:
+    """(size,) indices into a trained axis of `trained` entries: entry i -> min(i, trained - 1); `centred`: both axes
+    hold offsets -(n-1)/2 .. (n-1)/2 (odd n), each new offset -> the trained index of that offset clamped to range."""
+    if not centred:
+        return torch.arange(size).clamp(max=trained - 1)
+    half, new_half = (trained - 1) // 2, (size - 1) // 2
+    return (torch.arange(size) - new_half).clamp(-half, half) + half
+
+
 # Where an encoding can enter the network: added to the tokens once, before the first block (the
 # paper's default), or at the input of every block with a table per block or one table shared.
 INJECTIONS = ("stem", "every_layer", "every_layer_shared")
@@ -64,8 +79,10 @@ class Encoding(nn.Module):
     min_depth: int = 1  # the fewest encoder blocks it needs to act at all
     reads: tuple[str, ...] = ()
     prefix_rows: bool = False  # whether the table has rows of its own for prefix tokens (else they get zeros)
+    layered: bool = False  # built as kind(..., layer=i, depth=depth): its copy in block i knows its depth
     # what `resample` does, for the run record: formatted with the interpolation `mode` and the `options` it reads
     on_resize: str = "resampled to the new grid"
+    on_keep: str | None = None  # what `resample` does with mode KEEP, when not the same as on_resize
     figure_note: str = ""  # why a run's figures have no similarity of its table to draw (none: there is one)
     timm_pos_embed: str | None = None  # timm VisionTransformer's `pos_embed` that builds the same thing, if any
     injections: tuple[str, ...]
@@ -120,6 +137,8 @@ class Learned1d(Encoding):
 
     injections, prefix_rows = INJECTIONS, True
     on_resize = "patch rows interpolated as a 2-D image ({mode}), prefix rows kept"
+    on_keep = ("patch rows kept where the trained grid reaches (top-left aligned), rows and columns beyond it copying "
+               "the trained edge; prefix rows kept")
     timm_pos_embed = "learn"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
@@ -135,7 +154,11 @@ class Learned1d(Encoding):
         """Keep the prefix rows; interpolate the patch rows as a 2-D image."""
         prefix, patches = self.table[: self.num_prefix], self.table[self.num_prefix :]
         image = patches.T.reshape(-1, *self.grid)  # (D, H, W)
-        patches = _interp_2d(image, grid, mode).flatten(1).T
+        if mode == KEEP:
+            image = image[:, edge_index(grid[0], self.grid[0])][:, :, edge_index(grid[1], self.grid[1])]
+        else:
+            image = _interp_2d(image, grid, mode)
+        patches = image.flatten(1).T
         self.table = nn.Parameter(torch.cat([prefix, patches]))
         self.grid = tuple(grid)
 
@@ -145,6 +168,7 @@ class Learned2d(Encoding):
 
     injections = INJECTIONS
     on_resize = "X and Y tables interpolated along their axis ({mode}; linear unless nearest)"
+    on_keep = "X and Y rows kept where the trained grid reaches (top-left aligned), rows beyond it copying the last one"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -163,8 +187,12 @@ class Learned2d(Encoding):
 
     @torch.no_grad()
     def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
-        self.x_table = nn.Parameter(_interp_1d(self.x_table, grid[1], mode))
-        self.y_table = nn.Parameter(_interp_1d(self.y_table, grid[0], mode))
+        if mode == KEEP:
+            self.x_table = nn.Parameter(self.x_table[edge_index(grid[1], self.grid[1])])
+            self.y_table = nn.Parameter(self.y_table[edge_index(grid[0], self.grid[0])])
+        else:
+            self.x_table = nn.Parameter(_interp_1d(self.x_table, grid[1], mode))
+            self.y_table = nn.Parameter(_interp_1d(self.y_table, grid[0], mode))
         self.grid = tuple(grid)
 
 
@@ -295,6 +323,7 @@ class RelativeBias2d(Encoding):
 
     relative, injections = True, ("stem",)
     on_resize = "offset table interpolated ({mode})"
+    on_keep = "trained offsets kept, offsets beyond the trained range clamped to the edge offsets' biases"
 
     def __init__(self, dim: int, heads: int, grid: tuple[int, int], num_prefix: int):
         super().__init__()
@@ -322,7 +351,14 @@ class RelativeBias2d(Encoding):
 
     @torch.no_grad()
     def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
-        self.table = nn.Parameter(_interp_2d(self.table, (2 * grid[0] - 1, 2 * grid[1] - 1), mode))
+        """Interpolate the (h, 2H-1, 2W-1) offset table, or with KEEP give each new offset the bias of the trained
+        offset nearest to it (the same one inside the trained range: Swin's table indexed by the offset)."""
+        if mode == KEEP:
+            rows = edge_index(2 * grid[0] - 1, 2 * self.grid[0] - 1, centred=True)
+            cols = edge_index(2 * grid[1] - 1, 2 * self.grid[1] - 1, centred=True)
+            self.table = nn.Parameter(self.table[:, rows][:, :, cols])
+        else:
+            self.table = nn.Parameter(_interp_2d(self.table, (2 * grid[0] - 1, 2 * grid[1] - 1), mode))
         self._set_grid(grid)
 
 
@@ -331,6 +367,9 @@ class Rope(Encoding):
 
     `ref` is the grid the coordinates were set for (the training grid): a persistent buffer, so a model
     resized or built at another size by loading these weights keeps it (`ref_grid` coordinates read it).
+    `scaling` (rope.SCALINGS, set by `set_frequency_rule` for an evaluation) changes the frequencies on a grid
+    larger than ref. The [class] and register tokens are never turned: none of the RoPE papers followed here
+    (RoPE-ViT, EVA-02, DINOv3) gives them a place on the grid, so there is no published rule to turn them by.
     """
 
     rotary, injections, reads = True, ("stem",), ("rope_theta", "rope_coords")  # acts inside every block already
@@ -350,6 +389,7 @@ class Rope(Encoding):
         self.ref_grid = tuple(grid)
         self.register_buffer("ref", torch.tensor(grid), persistent=True)  # (2,) int64: ref_grid, saved with the weights
         self.register_load_state_dict_post_hook(Rope.after_load)
+        self.scaling = "none"
         self.init_frequencies(heads, head_dim)
         self.set_grid(grid)
 
@@ -370,12 +410,15 @@ class Rope(Encoding):
 
     def angles(self) -> torch.Tensor:
         """(1|h, N, hd/2) the angle of every patch's channel pairs."""
-        theta = rope.angles(self.xy, self.freqs)
+        freqs = rope.scaled_frequencies(self.freqs, self.grid, self.ref_grid, self.scaling)
+        theta = rope.angles(self.xy, freqs)
         return theta if theta.ndim == 3 else theta[None]
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, h, T, hd) queries and keys, the patch tokens' turned by their positions (prefix tokens untouched)."""
         theta = self.angles()
+        if self.scaling == "yarn" and (scale := rope.yarn_scale(self.grid, self.ref_grid)) != 1.0:
+            q, k = q * scale, k * scale  # YaRN's temperature: logits times (0.1 ln s + 1)^2
         return rope.rotate(q, theta, self.num_prefix), rope.rotate(k, theta, self.num_prefix)
 
     def resample(self, grid: tuple[int, int], mode: str = "bicubic") -> None:
@@ -561,11 +604,14 @@ class PositionEncoding(nn.Module):
         # relative encodings bias every prefix token alike; conditional ones pass them all through
         prefix = num_prefix if self.relative or self.conditional else positioned
         options = {k: v for k, v in (options or {}).items() if k in kind.reads}  # ENCODING_OPTIONS this one reads
+        if kind.layered:  # each block's copy knows where it sits (LookHere's per-layer slopes)
+            options = {**options, "depth": depth}
         if kind.rotary:  # the rotation in every block, the table (if any) at the stem
             self.parts = nn.ModuleList(kind.table(dim, heads, grid, prefix) for _ in range(copies))
             self.rotations = nn.ModuleList(kind(dim, heads, grid, num_prefix, **options) for _ in range(depth))
         else:
-            self.parts = nn.ModuleList(kind(dim, heads, grid, prefix, **options) for _ in range(copies))
+            self.parts = nn.ModuleList(kind(dim, heads, grid, prefix, **options, **({"layer": i} if kind.layered else {}))
+                                       for i in range(copies))
             self.rotations = nn.ModuleList()
 
     @property
@@ -611,6 +657,21 @@ class PositionEncoding(nn.Module):
             part.resample(grid, mode)
 
 
+def set_frequency_rule(model: nn.Module, rule: str) -> int:
+    """Give every RoPE module of `model` the frequency rule `rule` (rope.SCALINGS) for larger grids; how many got it.
+    A rule other than none on a model without RoPE, or whose coordinates already interpolate, is a ValueError."""
+    check_choice("rope scaling", rule, rope.SCALINGS)
+    turned = [m for m in model.modules() if isinstance(m, Rope)]
+    if rule != "none" and not turned:
+        raise ValueError(f"rope scaling {rule!r} changes RoPE's frequencies, and this model has no RoPE")
+    if rule != "none" and (coords := {m.coords for m in turned}) != {"patch"}:
+        raise ValueError(f"rope scaling {rule!r} applies to rope_coords=patch (coordinates that extrapolate); this "
+                         f"model's are {', '.join(sorted(coords))}, which already interpolate")
+    for module in turned:
+        module.scaling = rule
+    return len(turned)
+
+
 def shuffle_caveat(options: dict) -> str:
     """What else than position a shuffle changes for the encoding of these model options ('' when nothing)."""
     name = options.get("pos_encoding") or ""
@@ -622,4 +683,6 @@ def resize_note(name: str, mode: str, options: dict | None = None) -> str:
     """What resampling to a new grid does to encoding `name` (a `+` joins the parts of a combined one), in words;
     `options` are the source's model options (RoPE's coordinate convention)."""
     fields = {"mode": mode, "rope_coords": (options or {}).get("rope_coords") or "patch"}
-    return "; ".join(f"{part}: {ENCODINGS[part].on_resize.format(**fields)}" for part in name.split("+"))
+    kinds = [(part, ENCODINGS[part]) for part in name.split("+")]
+    return "; ".join(f"{part}: {((mode == KEEP and kind.on_keep) or kind.on_resize).format(**fields)}"
+                     for part, kind in kinds)

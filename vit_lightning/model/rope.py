@@ -81,3 +81,43 @@ def rotate(x: torch.Tensor, theta: torch.Tensor, skip: int) -> torch.Tensor:
     re, im = patches[..., 0::2], patches[..., 1::2]  # (B, h, N, hd/2) each
     turned = torch.stack([re * cos - im * sin, re * sin + im * cos], dim=-1).flatten(-2)
     return torch.cat([prefix, turned], dim=2)
+
+
+# A frequency rule for a grid larger than the one trained on, applied at evaluation (eval --rope-scaling): none (plain
+# extension: the trained frequencies at the new positions), ntk (NTK-aware: the base theta times s^(d/(d-2)), d the
+# rotary channels of an axis) or yarn (YaRN, Peng et al. 2024: per frequency, interpolate by s the ones that turn less
+# than ALPHA times over the trained side, keep the ones that turn more than BETA times, ramp between; logits sharpened
+# by (0.1 ln s + 1)^2). s: the new grid's side over the trained one, per axis; nothing changes where s <= 1.
+SCALINGS = ("none", "ntk", "yarn")
+NO_SCALING = SCALINGS[0]  # plain extension: the trained frequencies
+YARN_ALPHA, YARN_BETA = 1.0, 32.0  # YaRN's ramp bounds (its LLaMA values), in turns over the trained length
+
+
+def stretch(grid: tuple[int, int], ref: tuple[int, int]) -> tuple[float, float]:
+    """(s_x, s_y): how many times longer the new grid's width and height are than the trained ones (at least 1)."""
+    return max(1.0, grid[1] / ref[1]), max(1.0, grid[0] / ref[0])
+
+
+def scaled_frequencies(freqs: torch.Tensor, grid: tuple[int, int], ref: tuple[int, int], rule: str) -> torch.Tensor:
+    """(2, ..., hd/2) frequencies (x and y components, pair j of the axis pairs k = j mod hd/4) under `rule` at
+    `grid` for a model trained at `ref`; the same tensor for none or a grid no larger than ref."""
+    s = stretch(grid, ref)
+    if rule == "none" or s == (1.0, 1.0):
+        return freqs
+    quarter = freqs.shape[-1] // 2
+    k = (torch.arange(freqs.shape[-1], dtype=torch.float64) % quarter).to(freqs.device)  # index within its axis
+    out = []
+    for component, factor, trained in zip(freqs, s, (ref[1], ref[0])):
+        if rule == "ntk":  # theta' = theta s^(q/(q-1)): pair k's frequency times s^(-k/(q-1)), the lowest divided by s
+            scale = factor ** (-k / (quarter - 1)) if quarter > 1 else torch.ones_like(k)
+            out.append(component * scale.to(component.dtype))
+        else:
+            turns = trained * component.abs().double() / (2 * math.pi)  # r = L / wavelength
+            ramp = ((turns - YARN_ALPHA) / (YARN_BETA - YARN_ALPHA)).clamp(0, 1)  # gamma: 0 interpolate, 1 keep
+            out.append(component * ((1 - ramp) / factor + ramp).to(component.dtype))
+    return torch.stack(out)
+
+
+def yarn_scale(grid: tuple[int, int], ref: tuple[int, int]) -> float:
+    """YaRN's factor on queries and keys, sqrt(1/t) = 0.1 ln s + 1 with s the larger of the two stretches."""
+    return 0.1 * math.log(max(stretch(grid, ref))) + 1.0

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from vit_lightning.bookkeeping import check_choice, number_in, span
+from vit_lightning.model import bias2d  # noqa: F401  (adds its encodings to ENCODINGS before the family registers)
 from vit_lightning.model.config import ModelConfig
 from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, Option, register
 from vit_lightning.model.layers import INITS, Block, drop_path_rates

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from vit_lightning.bookkeeping import SHUFFLE_DROP
-from vit_lightning.results import further, pairs, plots, position_use, verdicts
+from vit_lightning.results import extrapolation, further, pairs, plots, position_use, verdicts
 from vit_lightning.results.frame import best_of
 from vit_lightning.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.results.patch_transfer import PATCH, transfer_tables
@@ -288,7 +288,7 @@ def build_grid(data: Data) -> Report:
                      for i, n in _names(part).items()})
     rows = _unique(n for p in _panels(data) for n in _names(p[1]).values())
     note = verdicts.margin_note(ab.equivalence_margin, ab.equivalence_note, stds)
-    return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs",
+    return report(data, tables, tests, "; ".join(seen) or "cannot tell: no finished runs", extrapolation.figures(data),
                   verdicts=verdicts.grid(rows, asked), notes=[note] if note else [])
 
 
@@ -348,6 +348,8 @@ def _grid_tests(data: Data, two_d: bool) -> tuple[list[Table], list[str], str]:
     if resized := resolution_tables(data, _names(data)):
         tables += resized
         seen.append("each cell evaluated at other image sizes without fine-tuning: the resolution view below")
+    if drift := extrapolation.drift_line(data):
+        seen.append(drift)
     if data.other is not None:
         table, text = _replication(data, families)
         tables, seen = tables + [table], seen + [text]

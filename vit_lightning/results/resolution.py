@@ -13,6 +13,7 @@ with the patches it knows (RoPE-ViT's test); a zoom also changes what each patch
 from __future__ import annotations
 
 from vit_lightning.evalkey import parse
+from vit_lightning.results.extrapolation import CANVAS_NOTES, TASK
 from vit_lightning.results.render import Table
 from vit_lightning.results.shapes import Data, fmt_acc
 from vit_lightning.results.stats import summarize
@@ -38,6 +39,15 @@ def accuracy_by_size(record: dict) -> dict[tuple[int, str], float]:
     return found
 
 
+def _header(px: int, view: str, views: set, data: Data) -> str:
+    """A column's title: its side, its view where there are two, and how the task's answer moves on a larger canvas
+    (CANVAS_NOTES) where every cell asks that task."""
+    tasks = set(data.cells[TASK]) if TASK in data.cells else set()
+    note = CANVAS_NOTES.get(next(iter(tasks))) if view == "canvas" and len(tasks) == 1 else None
+    parts = [VIEWS[view]] if view and len(views) > 1 else []
+    return f"{px} px" + (f" ({'; '.join(parts + ([note] if note else []))})" if parts or note else "")
+
+
 def resolution_tables(data: Data, names: dict) -> list[Table]:
     """The cell x image size table (mean ± std over seeds; bold: the size trained at); [] without evaluations."""
     used = data.runs[data.runs["note"] == ""]
@@ -53,8 +63,7 @@ def resolution_tables(data: Data, names: dict) -> list[Table]:
                   + " or ".join(title[v] for v in sorted(views)) + ": the position encoding met at the new grid as its "
                   "record's pos_resize says, the patch kernel unchanged; top-1 on the validation set (bold: the size "
                   "it was trained at, its final val/acc)",
-                  ["cell", *(f"{px} px" + (f" ({VIEWS[view]})" if view and len(views) > 1 else "") for px, view in columns)],
-                  [])
+                  ["cell", *(_header(px, view, views, data) for px, view in columns)], [])
     for row, i in enumerate(data.cells.index):
         table.rows.append([names[i]] + [fmt_acc(*summarize([run[col] for run in by_cell[i] if col in run]))
                                         for col in columns])

@@ -65,7 +65,8 @@ class Classifier(pl.LightningModule):
                 and checkpoints stay the same; see `compiled_forwards`).
             init_from: start from a trained model: a run dir, a .ckpt, timm:NAME or timm:NAME@FILE (its
                 architecture options are taken from it; see transfer.py).
-            pos_resample: how learned position tables follow a new data.img_size: bicubic, bilinear or nearest.
+            pos_resample: how learned position tables follow a new data.img_size: bicubic, bilinear or nearest
+                (interpolated), or keep (trained entries kept bit for bit, beyond the trained range the edge ones).
             new_head: with init_from, a zero-initialised head even when the classes are the same.
         """
         super().__init__()

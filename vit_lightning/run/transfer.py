@@ -25,7 +25,7 @@ from vit_lightning.run.rundir import RunDirError, checkpoint_record, data_option
 
 RESIZED = ("patch_size",)  # architecture options a patch-stem source may change: its kernel is PI-resized (FlexiViT)
 DATA_KEYS = ("img_size", "in_chans", "num_classes")  # from the new data; img_size and num_classes may change
-RESAMPLE = ("bicubic", "bilinear", "nearest")  # model.pos_resample: how learned tables are interpolated
+RESAMPLE = ("bicubic", "bilinear", "nearest", "keep")  # model.pos_resample: learned tables interpolated, or kept (KEEP)
 TIMM = "timm:"
 
 

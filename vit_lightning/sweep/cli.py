@@ -291,7 +291,7 @@ def print_local_sbatch(configs: list[dict], args) -> int:
                                    ("--repair", args.repair)) if on]
     options = [("--parallel", parallel), ("--trials-per-gpu", per_gpu_option(args)),
                ("--seed", args.seed or None),  # a random or bayes sweep's draws
-               ("--seeds-per-point", args.seeds_per_point), ("--confirm", args.confirm and "%d,%d" % args.confirm)]
+               ("--seeds-per-point", args.seeds_per_point), ("--confirm", args.confirm and ",".join(map(str, args.confirm)))]
     argv = job_argv(args, "local", options, flags)
     name = job_name(args)
     shares = ("Every task of this script (sbatch --array=1-N) takes the trials no other live process holds "

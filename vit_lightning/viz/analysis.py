@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import torch
 
+from vit_lightning.analysis.attention import (  # noqa: F401  (the paper figures' numbers, computed there)
+    attention_distance_sum,
+    attention_entropy_sum,
+    mean_attention_distance,
+    patch_distances,
+)
 from vit_lightning.model.position import Alibi2d, Peg, Relative1d, RelativeBias2d, alibi_slopes
 
 
@@ -103,36 +109,6 @@ def peg_kernels(vit) -> torch.Tensor | None:
     return torch.stack([part.proj.weight.detach().double()[:, 0] for part in vit.pos.parts])
 
 
-def patch_distances(grid: tuple[int, int], stride: float) -> torch.Tensor:
-    """(N, N) Euclidean distance in input pixels between the centres of every pair of patches."""
-    rows, cols = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
-    centres = torch.stack([rows.flatten(), cols.flatten()], dim=1).double() * stride  # (N, 2)
-    return torch.cdist(centres, centres)
-
-
-def attention_distance_sum(maps: list[torch.Tensor], grid: tuple[int, int], stride: float,
-                           num_prefix: int) -> torch.Tensor:
-    """Per layer and head, the attention-weighted query-key distance summed over images and query patches.
-
-    Only patch-to-patch attention carries a distance: attention to prefix tokens is dropped and each
-    query's remaining weights are renormalised. Divide by (images x patches) for the mean: (L, heads).
-    """
-    dist = patch_distances(grid, stride)  # (N, N)
-    out = []
-    for probs in maps:  # (B, h, T, T)
-        patch = probs.double()[..., num_prefix:, num_prefix:]  # (B, h, N, N)
-        patch = patch / patch.sum(dim=-1, keepdim=True)
-        out.append((patch * dist).sum(dim=(-1, -2, 0)))  # (h,)
-    return torch.stack(out)
-
-
-def mean_attention_distance(maps: list[torch.Tensor], grid: tuple[int, int], stride: float,
-                            num_prefix: int) -> torch.Tensor:
-    """(L, heads) mean attention distance in input pixels (the paper's Figure 7 right / Figure 11)."""
-    images, n = maps[0].shape[0], grid[0] * grid[1]
-    return attention_distance_sum(maps, grid, stride, num_prefix) / (images * n)
-
-
 def attention_rollout(maps: list[torch.Tensor]) -> torch.Tensor:
     """Abnar & Zuidema (2020): per layer the head-mean attention plus identity, rows renormalised,
     multiplied through the layers (later layers on the left). (B, T, T): row i says how much each
@@ -199,13 +175,3 @@ def high_norm_counts(outputs: list[torch.Tensor], num_prefix: int, factor: float
         norms = tokens[:, num_prefix:].double().norm(dim=-1)  # (B, N)
         counts.append((norms > factor * norms.median(dim=1, keepdim=True).values).sum())
     return torch.stack(counts).double()
-
-
-def attention_entropy_sum(maps: list[torch.Tensor], num_prefix: int) -> torch.Tensor:
-    """(L,) entropy (nats) of each patch query's attention over every token, mean over heads, summed over
-    images and queries; divide by (images x patches) for the mean. Low: attention on a few tokens."""
-    out = []
-    for probs in maps:  # (B, h, T, T)
-        p = probs.double()[:, :, num_prefix:]  # (B, h, N, T) rows of the patch queries
-        out.append(-(p * p.clamp_min(1e-300).log()).sum(-1).mean(1).sum())
-    return torch.stack(out)
