@@ -12,6 +12,7 @@ import torch
 from vit_lightning import ViT
 from vit_lightning.analysis.attention import readouts
 from vit_lightning.analysis.evaluate import add_eval
+from vit_lightning.evalkey import parse
 
 
 def test_uniform_attention_has_entropy_log_t_and_the_mean_pairwise_distance():
@@ -32,12 +33,17 @@ def test_uniform_attention_has_entropy_log_t_and_the_mean_pairwise_distance():
 
 def test_the_read_outs_and_the_grid_rules_are_filed_under_their_own_key():
     record = {"source": {}, "data": {"name": "glyphs"}, "img_size": 48, "view": "canvas", "pos_resample": "keep",
-              "rope_scaling": "ntk", "metrics": {"val/acc": 0.5}, "attention": {"attn/entropy": 1.5}}
+              "rope_scaling": "ntk", "key": "glyphs:relative:x1@48px/canvas/keep/rope-ntk", "metrics": {"val/acc": 0.5},
+              "attention": {"attn/entropy": 1.5}}
     run_record: dict = {}
     add_eval(record)(run_record)
-    add_eval({**record, "pos_resample": "bicubic", "rope_scaling": "none", "attention": {}})(run_record)
-    assert run_record["eval"] == {"glyphs@48px/canvas/keep/rope-ntk": {"val/acc": 0.5, "attn/entropy": 1.5},
-                                  "glyphs@48px/canvas": {"val/acc": 0.5}}
+    add_eval({**record, "pos_resample": "bicubic", "rope_scaling": "none", "key": "glyphs:relative:x1@48px/canvas",
+              "attention": {}})(run_record)
+    assert run_record["eval"] == {"glyphs:relative:x1@48px/canvas/keep/rope-ntk": {"val/acc": 0.5, "attn/entropy": 1.5},
+                                  "glyphs:relative:x1@48px/canvas": {"val/acc": 0.5}}
+    keyed = parse("glyphs:relative:x1@48px/canvas/keep/rope-ntk")  # the key reads back, rules and all
+    assert (keyed.view, keyed.task, keyed.rules) == ("canvas", "relative", "/keep/rope-ntk")
+    assert str(keyed) == "glyphs:relative:x1@48px/canvas/keep/rope-ntk"
 
 
 @pytest.mark.slow

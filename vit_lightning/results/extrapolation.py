@@ -66,12 +66,14 @@ def normalised_entropy(entropy: float, tokens: float) -> float:
 
 
 def fall_with_drift(acc: tuple[float, float], entropy: tuple[float, float]) -> str:
-    """'holds', 'falls with entropy drift' or 'falls without entropy drift', from (trained, largest) accuracy and
-    (trained, largest) normalised entropy: a fall of more than FALL, a drift of more than DRIFT either way."""
+    """'holds', 'falls with entropy drift' or 'falls without entropy drift' (or, without read-outs, that it cannot
+    tell), from (trained, largest) accuracy and normalised entropy: a fall of more than FALL, a drift of more than
+    DRIFT either way."""
     if acc[0] - acc[1] <= FALL:
         return "holds"
-    drifted = not any(math.isnan(e) for e in entropy) and abs(entropy[1] - entropy[0]) > DRIFT
-    return "falls with entropy drift" if drifted else "falls without entropy drift"
+    if any(math.isnan(e) for e in entropy):
+        return "falls (no attention read-outs to tell entropy drift)"
+    return "falls with entropy drift" if abs(entropy[1] - entropy[0]) > DRIFT else "falls without entropy drift"
 
 
 def drift_line(data: Data) -> str:
