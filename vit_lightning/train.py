@@ -311,7 +311,7 @@ def _say(line: str) -> None:
 # fit options added after the earlier naming rule: left out of the name that rule would have given
 ADDED_SINCE_EARLIER = ("model.layer_scale", "model.reg_tokens", "model.qk_norm", "model.pos_embed_class", "model.rope_theta",
                        "model.rope_coords", "model.relative_scale", "data.holdout", "data.task", "data.resize",
-                       "data.glyph_scale", "model.peg_padding")
+                       "data.glyph_scale", "model.peg_padding", "data.glyph_version", "data.fresh")
 # options that had one default for every family when runs were first named, and a family's own default since: at
 # the family's default they are not hashed, so no earlier run is renamed
 FAMILY_DEFAULT_SINCE = ("init",)
