@@ -180,11 +180,8 @@ class ViTDataModule(pl.LightningDataModule):
         mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
         split_seed: int = 0,
         holdout: float = 0.0,
-        task: str | None = None,
-        resize: str = "zoom",
-        glyph_scale: int = 1,
-        glyph_version: int = 1,
-        fresh: bool = False,
+        task: str | None = None, resize: str = "zoom",
+        glyph_scale: int = 1, glyph_version: int = 1, fresh: bool = False,
         augment_on: str = "auto", decode_on: str = "auto",
     ):
         """The dataset, its split and augmentation, and its loaders; every argument is a `--data.<name>` option.
@@ -211,11 +208,8 @@ class ViTDataModule(pl.LightningDataModule):
             resize: how a stored image of another side meets img_size: zoom (resized: the content changes scale)
                 or pad (centred on a larger zero canvas: the content keeps its scale, more tokens).
             glyph_scale: glyphs drawn that many times larger (each pixel a glyph_scale square), for large patches.
-            glyph_version: the glyph tasks' version: 1, the first (kept for the runs made on them: a glyph's
-                neighbours tell the absolute answer, one patch may hold both glyphs of the relative task, the
-                position-free task is saturated); 2, each task answered only by the route it names (glyphs.py).
-            fresh: new training images every epoch (glyphs: drawn from the epoch and the position; the validation
-                images stay fixed), so no run can memorise its training set.
+            glyph_version: glyph tasks: 1, the first (their routes leak; kept for runs made on them); 2, one route each.
+            fresh: new training images every epoch (glyphs; validation stays fixed): no run can memorise them.
             augment_on: where in-memory training batches are augmented and normalised: cpu (the loader's collate),
                 device (the whole batch on the training device, after the transfer), auto (device on a GPU).
             decode_on: where an image folder's training JPEGs are decoded: cpu (PIL, in the loader workers), device (the
