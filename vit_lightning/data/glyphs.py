@@ -11,6 +11,12 @@ rendered from (seed, index) alone. `data.task` picks the question, four balanced
   anywhere: the label is the same under any translation, so only relative position answers it.
 - position_free: the kind of glyph the canvas holds (2-3 of it, with two strokes as distractors): position carries
   no information, so every encoding should tie.
+Those are version 1 (`data.glyph_version=1`, kept for the runs made on them); their routes leak: the distractors'
+offsets from the solid glyph tell its quadrant, one patch may hold both glyphs of the relative pair, and the
+position-free task is saturated. Version 2 gives each question only the route it names (data/oracles.py measures
+what else answers it; tests/test_oracles.py keeps it so): absolute, the solid glyph alone; relative, the pair at least
+GAP px apart (never in one patch) with distance drawn alike for every relation; position_free, one faint glyph on a
+noisier canvas with three strokes. `data.fresh` draws new training images every epoch (Fresh).
 `translated_mnist` pastes each mnist5k digit at a random offset in a larger canvas (42 px by default): fresh
 offsets every time a training image is read, fixed ones (from the seed and the index) for validation.
 """
