@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from vit_lightning.data.datamodule import ImageDataModule
-from vit_lightning.data.glyphs import KINDS, RELATIONS, SIZES, TASKS, Placed, render, render_set, stamp
+from vit_lightning.data.glyphs import GAP, KINDS, RELATIONS, SIZES, TASKS, Placed, render, render_set, stamp
 from vit_lightning.data.sources import read_mnist5k
 
 
@@ -188,3 +188,82 @@ def test_a_glyphs_run_is_evaluated_on_larger_canvases_into_its_record(tmp_path, 
     written = json.loads((run / "eval-glyphs-relative-x1-48px-canvas.json").read_text())
     assert written["view"] == "canvas" and written["img_size"] == 48 and written["data"]["task"] == "relative"
     assert written["source"]["pos_resize"]  # the encoding met the 8 x 8 grid as its rule says
+
+
+def test_version_2_labels_agree_with_the_glyphs_placed_and_glyphs_stay_apart():
+    """Version 2, labels recomputed from the placements: the solid glyph alone in its quadrant; the checkered glyph's
+    side, at least GAP px from the solid one along its axis; one glyph of the class's kind."""
+    for size in (22, 36, 60):
+        for index in range(200):
+            (_, label, absolute), (_, rlabel, pair), (_, flabel, free) = (render(1, index, size, task, 2)
+                                                                       for task in TASKS)
+            assert len(absolute) == 1 and absolute[0][0] == "solid" and quadrant(absolute[0], size) == label
+            solid, checker = pair
+            assert (solid[0], checker[0]) == ("solid", "checker") and relation(solid, checker) == RELATIONS[rlabel]
+            apart = max(abs(solid[2] - checker[2]), abs(solid[3] - checker[3])) - solid[1]
+            assert apart >= GAP
+            assert len(free) == 1 and free[0][0] == KINDS[flabel]
+            for _, k, top, left in absolute + pair + free:
+                assert k in SIZES and 0 <= top <= size - k and 0 <= left <= size - k
+
+
+def fresh_module(**options) -> ImageDataModule:
+    dm = ImageDataModule("glyphs", task="absolute", glyph_version=2, batch_size=16, val_split=0.95, **options)
+    dm.setup()
+    return dm
+
+
+def epoch_images(loader, e: int, batches: int | None = None) -> torch.Tensor:
+    loader.sampler.set_epoch(e)
+    got = [x for _, (x, _) in zip(range(batches or 10**6), loader)]
+    return torch.cat(got)
+
+
+def test_fresh_glyphs_draw_new_training_images_every_epoch_and_keep_validation_fixed():
+    fixed, fresh = fresh_module(), fresh_module(fresh=True)
+    assert len(fresh.train_set) == len(fixed.train_set) == 200 and torch.equal(fresh.val_set.images,
+                                                                               fixed.val_set.images)
+    loader = fresh.train_dataloader()
+    first, second = epoch_images(loader, 0), epoch_images(loader, 1)
+    assert first.shape == second.shape == (200, 1, 36, 36)
+    assert torch.equal(first, epoch_images(loader, 0))  # an epoch's images: a function of (seed, epoch) alone
+    rows = lambda x: {bytes(v.numpy().tobytes()) for v in x}  # noqa: E731
+    held = rows(torch.cat([x for x, _ in fresh.val_dataloader()]))
+    assert not rows(first) & rows(second) and not (rows(first) | rows(second)) & held  # all different images
+    loader.sampler.set_epoch(1)
+    assert sorted(loader.sampler) == list(range(200, 400))  # keys epoch * 200 + position
+    labels = torch.cat([y for _, y in loader])
+    assert torch.bincount(labels).tolist() == [50] * 4  # each epoch balanced
+    assert fresh.distinct_train_images(600) == 600 and fixed.distinct_train_images(600) == 200
+    view, view_labels = fresh.unaugmented_train()  # probes read epoch 0's images, held
+    assert torch.equal(view.images[0], fresh.train_set[0][0]) and torch.equal(view_labels, fresh.train_set.labels)
+
+
+def test_a_fresh_epoch_resumed_mid_way_trains_the_images_the_cut_one_had_left():
+    dm = fresh_module(fresh=True)
+    unbroken = epoch_images(dm.train_dataloader(), 2)
+    cut = epoch_images(dm.train_dataloader(), 2, batches=5)
+    again = dm.train_dataloader()
+    again.load_state_dict({"epoch": 2, "batches": 5, "finished": False})
+    rest = torch.cat([x for x, _ in again])  # Lightning sets the same epoch before iterating: nothing to reset
+    assert torch.equal(torch.cat([cut, rest]), unbroken)
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"glyph_version": 3}, "unknown data.glyph_version 3; valid: 1, 2"),
+    ({"fresh": True, "holdout": 0.1}, "give one of them"),
+])
+def test_bad_glyph_version_or_fresh_options_are_one_line_errors(options, words):
+    with pytest.raises(ValueError) as err:
+        ImageDataModule("glyphs", task="absolute", **options)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"name": "mnist5k", "fresh": True}, "data.fresh=true: mnist5k has a fixed training set"),
+    ({"name": "mnist5k", "glyph_version": 2}, "only for glyphs"),
+])
+def test_fresh_and_glyph_version_belong_to_the_glyphs(options, words):
+    with pytest.raises(ValueError) as err:
+        ImageDataModule(**options)
+    assert words in str(err.value) and "\n" not in str(err.value)

@@ -54,6 +54,10 @@ class Profile:
     reference: dict | None = None
     reference_note: str = ""  # what those numbers are
     naming: int | None = None  # the naming rule version of its trials' names (model/naming.py); None: its ablation's
+    settle: bool = False  # its table gives epochs to 0.9, flags cells still rising, and draws the learning curves
+    # what each question's oracles reach without the route it names ({panel value: {oracle: accuracy}}): reference
+    # rows, measured with data/oracles.py when the profile was designed
+    ceilings: dict | None = None
 
     def __post_init__(self):
         if not self.grids or not self.seeds:

@@ -18,7 +18,7 @@ from vit_lightning.bookkeeping import WORKERS_ENV, range_error
 from vit_lightning.compat.lightning import epoch_batches_done
 from vit_lightning.data.augment import BatchRandAugment, random_crop_flip
 from vit_lightning.data.decode import DECODE_ON, DecodeCollate, byte_view, decode_place
-from vit_lightning.data.glyphs import Glyphs, TranslatedMnist
+from vit_lightning.data.glyphs import VERSIONS, Glyphs, TranslatedMnist
 from vit_lightning.data.resumable import ResumableLoader, ResumableSampler, run_seed
 from vit_lightning.data.sources import (
     CIFAR10_STATS,
@@ -32,6 +32,7 @@ from vit_lightning.data.sources import (
     Source,
     Synthetic,
     SyntheticCifar,
+    TensorImages,
     read_mnist5k,
     stratified_split,
 )
@@ -57,27 +58,11 @@ DATASETS = tuple(SOURCES)
 # pad centres it on a larger zero canvas (the content keeps its scale: more tokens, the same patches)
 RESIZE = ("zoom", "pad")
 # data options added after the earlier naming rule (model/naming.py EARLIER): the names it gives leave them out
-NAMED_AFTER_EARLIER = ("data.holdout", "data.task", "data.resize", "data.glyph_scale")
+NAMED_AFTER_EARLIER = ("data.holdout", "data.task", "data.resize", "data.glyph_scale", "data.glyph_version", "data.fresh")
 TASKED = tuple(name for name, source in SOURCES.items() if source.tasks)
 
 
 # ---------------------------------------------------------------- augmentation
-
-
-class TensorImages(Dataset):
-    """uint8 images held in memory (no PIL); an optional per-sample transform works on the tensor."""
-
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, transform=None):
-        self.images, self.labels, self.transform = images, labels, transform  # (N, C, H, W) uint8, (N,)
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        img = self.images[i]
-        if self.transform is not None:
-            img = self.transform(img)
-        return img, int(self.labels[i])
 
 
 class BatchCollate:
@@ -197,9 +182,8 @@ class ImageDataModule(pl.LightningDataModule):
         mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
         split_seed: int = 0,
         holdout: float = 0.0,
-        task: str | None = None,
-        resize: str = "zoom",
-        glyph_scale: int = 1,
+        task: str | None = None, resize: str = "zoom",
+        glyph_scale: int = 1, glyph_version: int = 1, fresh: bool = False,
         augment_on: str = "auto", decode_on: str = "auto",
     ):
         """The dataset, its split and augmentation, and its loaders; every argument is a `--data.<name>` option.
@@ -226,6 +210,8 @@ class ImageDataModule(pl.LightningDataModule):
             resize: how a stored image of another side meets img_size: zoom (resized: the content changes scale)
                 or pad (centred on a larger zero canvas: the content keeps its scale, more tokens).
             glyph_scale: glyphs drawn that many times larger (each pixel a glyph_scale square), for large patches.
+            glyph_version: glyph tasks: 1, the first (their routes leak; kept for runs made on them); 2, one route each.
+            fresh: new training images every epoch (glyphs; validation stays fixed): no run can memorise them.
             augment_on: where in-memory training batches are augmented and normalised: cpu (the loader's collate),
                 device (the whole batch on the training device, after the transfer), auto (device on a GPU).
             decode_on: where an image folder's training JPEGs are decoded: cpu (PIL, in the loader workers), device (the
@@ -236,7 +222,7 @@ class ImageDataModule(pl.LightningDataModule):
         check_options(**self.hparams)
         # Constructing the source checks the data is there, so a bad root fails before any training.
         self.source = SOURCES[name](root, download, val_split, split_seed, img_size=img_size, task=task,
-                                    glyph_scale=glyph_scale)
+                                    glyph_scale=glyph_scale, glyph_version=glyph_version, fresh=fresh)
         self._img_size = img_size or self.source.native_size
         self.flip = self.source.default_flip if flip is None else flip
         self.random_crop = self.source.default_crop if random_crop is None else random_crop
@@ -284,8 +270,9 @@ class ImageDataModule(pl.LightningDataModule):
         if src.in_memory:
             train_tf, val_tf, crop = memory_transforms(src.native_size, self.random_crop, self.flip, hp.randaugment)
             train, val = src.load()
-            if isinstance(train, Dataset):  # in memory, placed at each read (translated_mnist)
-                self.train_set, self.val_set = train, val
+            if isinstance(train, Dataset):  # in memory, placed or drawn at each read (translated_mnist, fresh glyphs)
+                self.train_set = train
+                self.val_set = val if isinstance(val, Dataset) else TensorImages(*val, val_tf)
                 if hp.holdout:
                     keep, held = stratified_split(train.labels, hp.holdout, hp.split_seed)
                     self.train_set, self.val_set = train.subset(keep), train.subset(held).unaugmented(hp.split_seed)
@@ -306,6 +293,14 @@ class ImageDataModule(pl.LightningDataModule):
         self.val_collate = BatchCollate(mean, std, self.img_size, resize=hp.resize)
         if self.decodes_on_device():  # the workers read bytes; decoding and the training transform follow the transfer
             self.train_set, self.train_collate = byte_view(self.train_set), DecodeCollate(train_tf, self.val_collate.finish)
+
+    def distinct_train_images(self, trained: int) -> int:
+        """Distinct training images after `trained` reads: all new where drawn every epoch (data.fresh), else at most
+        the training split (each epoch reads every image once)."""
+        if self.train_set is None:
+            return 0
+        distinct = getattr(self.train_set, "distinct", None)
+        return distinct(trained) if distinct else min(trained, len(self.train_set))
 
     def augments_on_device(self) -> bool:
         """Training batches are augmented on the training device (data.augment_on; auto: when that is a GPU; an image
@@ -403,7 +398,8 @@ def held_out_folder(train: datasets.ImageFolder, val_tf, share: float, seed: int
 
 
 def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alpha, cutmix_alpha, holdout=0.0,
-                  task=None, resize="zoom", glyph_scale=1, augment_on="auto", decode_on="auto", **_) -> None:
+                  task=None, resize="zoom", glyph_scale=1, augment_on="auto", decode_on="auto", glyph_version=1,
+                  fresh=False, **_) -> None:
     """Reject bad options with one line, before anything is loaded (the sweep checks its trials with it)."""
     if name not in SOURCES:
         raise ValueError(f"unknown data.name {name!r}; valid: {', '.join(SOURCES)}")
@@ -434,11 +430,28 @@ def check_options(name, batch_size, num_workers, img_size, val_split, mixup_alph
         raise ValueError(f"data.glyph_scale={glyph_scale}: only for {', '.join(TASKED)} (1 elsewhere)")
     if not isinstance(glyph_scale, int) or glyph_scale < 1:
         raise ValueError(f"data.glyph_scale must be a whole number >= 1, got {glyph_scale!r}")
+    check_glyph_options(name, glyph_version, fresh, holdout)
     canvas = img_size or source.native_size
     if source.renders and (canvas % glyph_scale or canvas // glyph_scale < source.smallest):
         raise ValueError(f"data.img_size={canvas}: {name} draws on a canvas of at least {source.smallest} px "
                          + (f"times data.glyph_scale={glyph_scale}, a multiple of it" if glyph_scale > 1 else ""))
     check_placement(name, augment_on, decode_on)
+
+
+def check_glyph_options(name: str, glyph_version, fresh, holdout: float) -> None:
+    """data.glyph_version (1 or 2, glyphs only) and data.fresh (a source that draws, no holdout)."""
+    if glyph_version not in VERSIONS or isinstance(glyph_version, bool):
+        raise ValueError(f"unknown data.glyph_version {glyph_version!r}; valid: {', '.join(map(str, VERSIONS))}")
+    if glyph_version != 1 and not SOURCES[name].tasks:
+        raise ValueError(f"data.glyph_version={glyph_version}: only for {', '.join(TASKED)} (1 elsewhere)")
+    if not isinstance(fresh, bool):
+        raise ValueError(f"data.fresh must be true or false, got {fresh!r}")
+    drawn = ", ".join(n for n, source in SOURCES.items() if source.freshens)
+    if fresh and not SOURCES[name].freshens:
+        raise ValueError(f"data.fresh=true: {name} has a fixed training set; new images every epoch: {drawn}")
+    if fresh and holdout:
+        raise ValueError(f"data.fresh=true with data.holdout={holdout}: fresh images leave no fixed training split "
+                         "to hold out from; give one of them")
 
 
 def check_placement(name: str, augment_on: str, decode_on: str) -> None:

@@ -11,6 +11,12 @@ rendered from (seed, index) alone. `data.task` picks the question, four balanced
   anywhere: the label is the same under any translation, so only relative position answers it.
 - position_free: the kind of glyph the canvas holds (2-3 of it, with two strokes as distractors): position carries
   no information, so every encoding should tie.
+Those are version 1 (`data.glyph_version=1`, kept for the runs made on them); their routes leak: the distractors'
+offsets from the solid glyph tell its quadrant, one patch may hold both glyphs of the relative pair, and the
+position-free task is saturated. Version 2 gives each question only the route it names (data/oracles.py measures
+what else answers it; tests/test_oracles.py keeps it so): absolute, the solid glyph alone; relative, the pair at least
+GAP px apart (never in one patch) with distance drawn alike for every relation; position_free, one faint glyph on a
+noisier canvas with three strokes. `data.fresh` draws new training images every epoch (Fresh).
 `translated_mnist` pastes each mnist5k digit at a random offset in a larger canvas (42 px by default): fresh
 offsets every time a training image is read, fixed ones (from the seed and the index) for validation.
 """
@@ -23,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from vit_lightning.data.sources import MNIST_STATS, Source, read_mnist5k, stratified_split
+from vit_lightning.data.sources import MNIST_STATS, Source, TensorImages, read_mnist5k, stratified_split
 
 KINDS = ("solid", "checker", "hstripes", "vstripes")
 TASKS = ("absolute", "relative", "position_free")
@@ -89,10 +95,50 @@ def _position_free(rng, size: int, label: int) -> list[tuple[str, int, int, int]
 
 PLACERS = {"absolute": _absolute, "relative": _relative, "position_free": _position_free}
 
+# Version 2: each task's only route is the one it names (tests/test_oracles.py guards each one)
+GAP = 5  # relative, version 2: px between the two glyphs along their axis, at least: no 6 px patch holds both
+PF_NOISE, PF_LEVEL = 0.55, (0.45, 0.75)  # position_free, version 2: texture barely above the noise (a harder read)
 
-def render(seed: int, index: int, size: int, task: str) -> tuple[np.ndarray, int, list[tuple[str, int, int, int]]]:
-    """Image `index` of the `task` set from `seed`: float (size, size) in [0, 1], its label, and its glyphs as
-    (kind, side, top, left) in drawing order."""
+
+def _absolute2(rng, size: int, label: int) -> list[tuple[str, int, int, int]]:
+    """The solid glyph alone, wholly in its quadrant, at a place in it drawn alike for every quadrant: no other glyph
+    whose offset from it could tell the quadrant, and the same patches (quadrants start on a patch border) in every
+    class."""
+    k, half = int(rng.choice(SIZES)), size // 2
+    row, col = divmod(label, 2)
+    return [("solid", k, row * (size - half) + int(rng.integers(0, half - k + 1)),
+             col * (size - half) + int(rng.integers(0, half - k + 1)))]
+
+
+def _relative2(rng, size: int, label: int) -> list[tuple[str, int, int, int]]:
+    """The two glyphs GAP px apart or more (never in one patch), distance and the offset across the axis drawn alike
+    for every relation, the pair anywhere it fits: a glyph near an edge still hints at the side the other lies on
+    (no placement on a bounded canvas hides it: tests/test_oracles.py measures it, the table prints it)."""
+    k = int(rng.choice(SIZES))
+    far = k + GAP + int(rng.integers(0, 2))  # along the axis: GAP or GAP + 1 px between the two
+    side = int(rng.integers(-(far // 2), far // 2 + 1))  # across it: less than half as far, so never ambiguous
+    dy, dx = {"right": (side, far), "left": (side, -far), "below": (far, side), "above": (-far, side)}[RELATIONS[label]]
+    top = int(rng.integers(max(0, -dy), size - k - max(0, dy) + 1))
+    left = int(rng.integers(max(0, -dx), size - k - max(0, dx) + 1))
+    return [("solid", k, top, left), ("checker", k, top + dy, left + dx)]
+
+
+def _position_free2(rng, size: int, label: int) -> list[tuple[str, int, int, int]]:
+    """One glyph of the class's kind anywhere (drawn faintly on a noisier canvas, render2)."""
+    k = int(rng.choice(SIZES))
+    return [(KINDS[label], k, *_anywhere(rng, size, k))]
+
+
+PLACERS2 = {"absolute": _absolute2, "relative": _relative2, "position_free": _position_free2}
+VERSIONS = (1, 2)  # data.glyph_version: 1, the first tasks (their routes leak, kept for the runs made on them); 2
+
+
+def render(seed: int, index: int, size: int, task: str,
+           version: int = 1) -> tuple[np.ndarray, int, list[tuple[str, int, int, int]]]:
+    """Image `index` of the `task` set from `seed` (tasks of `version`): float (size, size) in [0, 1], its label, and
+    its glyphs as (kind, side, top, left) in drawing order."""
+    if version == 2:
+        return render2(seed, index, size, task)
     rng = np.random.default_rng((seed, index, TASKS.index(task)))
     label = index % 4
     canvas = rng.uniform(0.0, NOISE, (size, size))
@@ -105,14 +151,33 @@ def render(seed: int, index: int, size: int, task: str) -> tuple[np.ndarray, int
     return canvas, label, glyphs
 
 
-def render_set(seed: int, count: int, size: int, task: str, scale: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images 0..count-1 as uint8 (count, 1, size, size) and their int64 (count,) labels; scale > 1 draws each at
-    size / scale and enlarges every pixel to scale x scale (glyphs and noise alike)."""
+def render2(seed: int, index: int, size: int, task: str) -> tuple[np.ndarray, int, list[tuple[str, int, int, int]]]:
+    """render() for version 2: the placers above; position_free's glyph faint on a noisier canvas with three strokes."""
+    rng = np.random.default_rng((seed, index, TASKS.index(task), 2))
+    label, hard = index % 4, task == "position_free"
+    canvas = rng.uniform(0.0, PF_NOISE if hard else NOISE, (size, size))
+    glyphs = PLACERS2[task](rng, size, label)
+    for _ in range(3 if hard else 0):
+        _stroke(canvas, rng)
+    for kind, k, top, left in glyphs:
+        _draw(canvas, kind, k, top, left, rng.uniform(*PF_LEVEL) if hard else rng.uniform(0.7, 1.0))
+    return canvas, label, glyphs
+
+
+def render_set(seed: int, count: int, size: int, task: str, scale: int = 1, version: int = 1,
+               start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images start..start+count-1 as uint8 (count, 1, size, size) and their int64 (count,) labels; scale > 1 draws
+    each at size / scale and enlarges every pixel to scale x scale (glyphs and noise alike)."""
     images = np.empty((count, 1, size, size), np.uint8)
-    block = np.ones((scale, scale))
     for i in range(count):
-        images[i, 0] = np.round(np.kron(render(seed, i, size // scale, task)[0], block) * 255)
-    return torch.from_numpy(images), torch.arange(count, dtype=torch.int64) % 4
+        images[i, 0] = draw_scaled(seed, start + i, size, task, scale, version)
+    return torch.from_numpy(images), (torch.arange(count, dtype=torch.int64) + start) % 4
+
+
+def draw_scaled(seed: int, index: int, size: int, task: str, scale: int, version: int) -> np.ndarray:
+    """Image `index` as uint8 (size, size), drawn at size / scale and each pixel enlarged to scale x scale."""
+    image = render(seed, index, size // scale, task, version)[0]
+    return np.round(np.kron(image, np.ones((scale, scale))) * 255).astype(np.uint8)
 
 
 class Glyphs(Source):
@@ -120,13 +185,52 @@ class Glyphs(Source):
 
     num_classes, in_chans, native_size = 4, 1, GLYPHS_SIZE
     stats, default_flip, default_crop, in_memory = ((0.19,), (0.18,)), False, False, True  # measured on 6,000
-    tasks, renders, smallest = TASKS, True, 22  # 22 px: the relative task's glyphs fit at their farthest (8 + 13)
+    tasks, renders, smallest = TASKS, True, 22  # 22 px: the relative task's glyphs fit at their farthest (8 + 14)
+    freshens = True
     size = 4000  # images per (seed, task): 3,200 train and 800 val at the default val_split
 
     def load(self, train_tf=None, val_tf=None):
-        x, y = render_set(self.split_seed, self.size, self.canvas, self.task, self.glyph_scale)
+        x, y = render_set(self.split_seed, self.size, self.canvas, self.task, self.glyph_scale, self.glyph_version)
         tr, va = stratified_split(y, self.val_split, self.split_seed)
+        if self.fresh:  # validation: the same fixed images; training: new ones every epoch, as many
+            train = Fresh(self.split_seed, len(tr), self.canvas, self.task, self.glyph_scale, self.glyph_version)
+            return train, (x[va], y[va])
         return (x[tr], y[tr]), (x[va], y[va])
+
+
+class Fresh(Dataset):
+    """Training glyphs drawn anew every epoch: key epoch * len + position is image Glyphs.size + key of the seed's
+    stream (past the fixed set, so never a validation image); its label, key mod 4, keeps every epoch balanced.
+
+    ResumableSampler hands out such keys (the dataset's `per_epoch`): an epoch's images are a function of (seed,
+    epoch) alone, so a resumed epoch trains the images the stopped attempt had left.
+    """
+
+    per_epoch = True
+
+    def __init__(self, seed: int, count: int, size: int, task: str, scale: int, version: int):
+        if count % 4:
+            raise ValueError(f"fresh glyphs need a training split of a multiple of 4 images, got {count}")
+        self.seed, self.count, self.size, self.task, self.scale, self.version = seed, count, size, task, scale, version
+        self.labels = torch.arange(count, dtype=torch.int64) % 4  # every epoch's, in position order
+        self.transform = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, key: int) -> tuple[torch.Tensor, int]:
+        image = draw_scaled(self.seed, Glyphs.size + key, self.size, self.task, self.scale, self.version)
+        return torch.from_numpy(image)[None], key % 4
+
+    def unaugmented(self, seed: int) -> TensorImages:
+        """Epoch 0's images, held (probes read a fixed training set)."""
+        x, y = render_set(self.seed, self.count, self.size, self.task, self.scale, self.version, start=Glyphs.size)
+        return TensorImages(x, y)
+
+    @staticmethod
+    def distinct(trained: int) -> int:
+        """Distinct images after `trained` training reads: each read is a new image."""
+        return trained
 
 
 class Placed(Dataset):

@@ -2,7 +2,8 @@
 epoch once: the images the stopped attempt had left, in the order it would have seen them.
 
 The order of an epoch is a function of (seed, epoch) alone (a DistributedSampler's, one shard per DDP rank;
-Lightning keeps a DistributedSampler as it is). Lightning saves the loader's `state_dict` in the checkpoint
+Lightning keeps a DistributedSampler as it is), and so are its images where the dataset draws new ones every epoch
+(its `per_epoch`: the sampler hands it keys epoch * len + index). Lightning saves the loader's `state_dict` in the checkpoint
 (the epoch and the batches trained in it) and hands it back to `load_state_dict` before it makes the resumed
 epoch's iterator, which then starts after those batches (or, when the loader was built before the checkpoint
 was read, ResumeLoader hands it back at the start of training). Any worker count: the sampler runs in the main
@@ -35,6 +36,8 @@ class ResumableSampler(DistributedSampler):
 
     def __iter__(self) -> Iterator[int]:
         indices = list(super().__iter__())
+        if getattr(self.dataset, "per_epoch", False):  # new images every epoch: the key names the epoch too
+            indices = [self.epoch * len(self.dataset) + i for i in indices]
         skip, self.skip = self.skip, 0
         return iter(indices[skip:])
 

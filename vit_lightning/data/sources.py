@@ -31,13 +31,15 @@ class Source:
     in_memory: bool  # True: load() returns uint8 tensors (or in-memory Datasets); False: Datasets of files
     tasks: tuple[str, ...] = ()  # the questions `data.task` picks from (none: the dataset has one question)
     renders: bool = False  # True: drawn at any canvas size (img_size), never resized; False: stored at native_size
+    freshens: bool = False  # True: can draw new training images every epoch (data.fresh)
     smallest: int = 1  # the smallest canvas a source that renders can draw on
 
     def __init__(self, root: str, download: bool, val_split: float, split_seed: int, img_size: int | None = None,
-                 task: str | None = None, glyph_scale: int = 1):
+                 task: str | None = None, glyph_scale: int = 1, glyph_version: int = 1, fresh: bool = False):
         self.root, self.download = str(root), download
         self.val_split, self.split_seed = val_split, split_seed
         self.canvas, self.task, self.glyph_scale = img_size or self.native_size, task, glyph_scale
+        self.glyph_version, self.fresh = glyph_version, fresh
 
     def prepare(self) -> None:
         """Download if asked (called on one process per node)."""
@@ -88,6 +90,22 @@ def stratified_split(labels: torch.Tensor, val_split: float, seed: int) -> tuple
     order = torch.randperm(len(val), generator=gen)  # random order among equal positions
     order = order[spread[order].argsort(stable=True)]
     return torch.cat(train).sort().values, val[order]
+
+
+class TensorImages(Dataset):
+    """uint8 images held in memory (no PIL); an optional per-sample transform works on the tensor."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, transform=None):
+        self.images, self.labels, self.transform = images, labels, transform  # (N, C, H, W) uint8, (N,)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        img = self.images[i]
+        if self.transform is not None:
+            img = self.transform(img)
+        return img, int(self.labels[i])
 
 
 class Mnist5k(Source):

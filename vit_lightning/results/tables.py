@@ -13,6 +13,7 @@ from vit_lightning.results.further import stages
 from vit_lightning.results.layouts import BUILDERS
 from vit_lightning.results.render import to_latex, to_markdown
 from vit_lightning.results.searched import build_search
+from vit_lightning.results.settle import ceiling_tables, curve_figure, settling_table
 from vit_lightning.results.shapes import Data
 from vit_lightning.results.store import load_records
 
@@ -35,6 +36,9 @@ def build(ablation: Any, profile: Any, out: Path, other: OtherDraw | None = None
                           {r["name"]: r.get("history") or [] for r in other.records})
         data.other_source = other.source
     rep = build_search(data) if profile.search else BUILDERS[ablation.layout](data)
+    if getattr(profile, "settle", False):
+        rep.tables += [settling_table(data), *ceiling_tables(profile)]
+        rep.figures.append(curve_figure(data))
     csv = runs.drop(columns=["cell", "time"])
     for col in ("seed", "params"):  # keep integers integral even when some runs lack them
         csv[col] = pd.to_numeric(csv[col], errors="coerce").round().astype("Int64")

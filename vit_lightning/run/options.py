@@ -7,7 +7,7 @@ the check itself stays where each registry is read (the config, the module, the 
 from __future__ import annotations
 
 from vit_lightning.data.datamodule import AUGMENT_ON, DATASETS, DECODE_ON, RESIZE
-from vit_lightning.data.glyphs import TASKS
+from vit_lightning.data.glyphs import TASKS, VERSIONS
 from vit_lightning.model import FAMILIES, HEADS, POOLINGS
 from vit_lightning.model.family import family_options
 from vit_lightning.model.layers import INITS
@@ -25,7 +25,7 @@ def option_choices() -> dict[str, tuple | dict[str, tuple]]:
         **{f"model.{name}": option.choices for name, option in family_options().items() if option.choices},
         "model.optimizer": OPTIMIZERS, "model.schedule": SCHEDULES, "model.pos_resample": RESAMPLE,
         "data.name": DATASETS, "data.task": TASKS, "data.resize": RESIZE, "data.augment_on": AUGMENT_ON,
-        "data.decode_on": DECODE_ON,
+        "data.decode_on": DECODE_ON, "data.glyph_version": VERSIONS,
     }
 
 

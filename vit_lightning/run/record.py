@@ -200,6 +200,8 @@ class RunRecord(EpochClock):
         totals = self._totals()
         rec["compute"]["wall_s"] = round(totals["wall"], 2)
         rec["compute"]["train_images_per_s"] = rate(self.train_images, totals["train"])
+        if hasattr(trainer.datamodule, "distinct_train_images"):  # how many of the images trained were different
+            rec["compute"]["distinct_train_images"] = trainer.datamodule.distinct_train_images(self.train_images)
         if self.config.get("model.compile"):  # inside the first steps' time: what compiling cost this run
             rec["compute"]["compile_s"] = round(totals["compile"], 1)
         # the last epoch's rate (what a sweep adds up over its running trials), and the rate after this process's
