@@ -30,6 +30,16 @@ OPTIMIZER_RANGES = {"lr": (0, 10, True), "weight_decay": (0, 10), "warmup_epochs
 TRAIN_SUMS = "train_epoch_sums"  # the checkpoint's entry for the cut epoch's training sums
 
 
+def check_options(optimizer: str, schedule: str, pos_resample: str, numbers: dict) -> None:
+    """The optimizer's choices and numbers: ValueError naming the first one out of its choices or range."""
+    check_choice("model.optimizer", optimizer, OPTIMIZERS)
+    check_choice("model.schedule", schedule, SCHEDULES)
+    check_choice("model.pos_resample", pos_resample, RESAMPLE)
+    for key, bounds in OPTIMIZER_RANGES.items():
+        if error := range_error(f"model.{key}", numbers[key], *bounds):
+            raise ValueError(error)
+
+
 class Classifier(pl.LightningModule):
     """Image classification with a backbone of any family built from plain options (all saved in the checkpoint)."""
 
@@ -70,14 +80,8 @@ class Classifier(pl.LightningModule):
             new_head: with init_from, a zero-initialised head even when the classes are the same.
         """
         super().__init__()
-        check_choice("model.optimizer", optimizer, OPTIMIZERS)
-        check_choice("model.schedule", schedule, SCHEDULES)
-        check_choice("model.pos_resample", pos_resample, RESAMPLE)
-        given = dict(lr=lr, weight_decay=weight_decay, warmup_epochs=warmup_epochs, label_smoothing=label_smoothing,
-                     momentum=momentum)
-        for key, bounds in OPTIMIZER_RANGES.items():  # the first number out of its range, by name
-            if error := range_error(f"model.{key}", given[key], *bounds):
-                raise ValueError(error)
+        check_options(optimizer, schedule, pos_resample, dict(lr=lr, weight_decay=weight_decay,
+                      warmup_epochs=warmup_epochs, label_smoothing=label_smoothing, momentum=momentum))
         self.model = build_backbone(**backbone)  # the family chosen by model.arch
         # Plain lists, not tuples, so the checkpoint stays plain (weights_only loading).
         backbone = {k: list(v) if isinstance(v, tuple) else v for k, v in backbone.items()}
