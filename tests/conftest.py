@@ -153,7 +153,7 @@ class StandIn:
 
     def state(self) -> dict:
         """The local backend's state file: trial id -> its status, attempts, pid, error."""
-        from vit_lightning.sweep import local
+        from vit_lightning.commands.sweep import local
 
         return json.loads((self.tmp_path / "runs" / "fake" / "demo" / local.STATE).read_text())["trials"]
 
@@ -186,7 +186,7 @@ class FakeWandbServer:
 def wandb_server(monkeypatch):
     """A fake W&B server behind wandb.sweep and wandb.Api, credentials present, WANDB_MODE unset (the tests' own
     "disabled" would stop the backend first), on a login node without a GPU."""
-    from vit_lightning.sweep import wandb_backend
+    from vit_lightning.commands.sweep import wandb_backend
 
     server = FakeWandbServer()
     monkeypatch.setattr("wandb.sweep", server.sweep)

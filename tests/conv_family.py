@@ -81,7 +81,7 @@ CONV = Family(name=NAME, cls=ConvNet, variants=CONV_VARIANTS, encodings=("none",
 
 def add() -> Family:
     """Register the family (and drop the sweep's cached fit parser, which lists every family's options)."""
-    from vit_lightning.sweep import validate
+    from vit_lightning.commands.sweep import validate
 
     register(CONV)
     validate.fit_parser.cache_clear()
@@ -89,7 +89,7 @@ def add() -> Family:
 
 
 def remove() -> None:
-    from vit_lightning.sweep import validate
+    from vit_lightning.commands.sweep import validate
 
     FAMILIES.pop(NAME, None)
     validate.fit_parser.cache_clear()

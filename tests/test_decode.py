@@ -167,7 +167,7 @@ def test_bad_decode_on_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_a_fit_decoding_on_the_device_trains_and_records_where_it_decoded(tmp_path):
-    from vit_lightning import train
+    from vit_lightning.commands.fit import main as train
 
     root = write_folder(tmp_path / "data", count=16)
     compute, losses = {}, {}
@@ -190,7 +190,7 @@ def test_a_fit_decoding_on_the_device_trains_and_records_where_it_decoded(tmp_pa
 
 
 def test_where_it_decodes_is_not_part_of_a_runs_identity():
-    from vit_lightning.identity import run_name
+    from vit_lightning.core.identity import run_name
 
     base = {"data.name": "imagefolder", "model.patch_size": 16, "data.randaugment": True}
     assert run_name({**base, "data.decode_on": "device"}) == run_name({**base, "data.decode_on": "cpu"}) == run_name(base)

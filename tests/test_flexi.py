@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from tiny import TINY_MODEL
 
-from vit_lightning import ViT, cli, train
+from vit_lightning import ViT, cli
+from vit_lightning.commands.fit import main as train
 from vit_lightning.model.flexi import pi_resize
 from vit_lightning.run.transfer import Source, start_from
 

@@ -84,12 +84,12 @@ def help_of(text: str, option: str) -> str:
                                     "model.pos_injection", "model.head", "model.stem", "model.init", "data.name",
                                     "model.optimizer", "model.schedule", "model.pos_resample"])
 def test_fit_help_lists_every_valid_choice(option, capsys):
+    from vit_lightning.commands.fit.main import main
     from vit_lightning.data.datamodule import SOURCES
     from vit_lightning.model import HEADS, INJECTIONS, POOLINGS, STEMS
     from vit_lightning.model.layers import INITS
     from vit_lightning.run.module import OPTIMIZERS, SCHEDULES
     from vit_lightning.run.transfer import RESAMPLE
-    from vit_lightning.train import main
 
     registry = {"model.arch": FAMILIES, "model.pos_encoding": ENCODINGS, "model.pooling": POOLINGS,
                 "model.pos_injection": INJECTIONS, "model.head": HEADS, "model.stem": STEMS, "model.init": INITS,

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from vit_lightning.train import FitCLI
+from vit_lightning.commands.fit.main import FitCLI
 
 # every option changed from its default (values that build a model on the demo data)
 EVERY = ["--model.variant=Ti", "--model.patch_size=4", "--model.width=48", "--model.depth=2", "--model.heads=3",

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from vit_lightning.sweep import local
+from vit_lightning.commands.sweep import local
 
 TERM, USR1 = signal.SIGTERM, signal.SIGUSR1
 # (the driver's kind of round, the signals with the seconds to wait before each)

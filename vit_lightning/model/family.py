@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from vit_lightning.identity import run_name
+from vit_lightning.core.identity import run_name
 from vit_lightning.model.layers import keeping_attention
 
 DEFAULT_ARCH = "vit"  # model.arch when none is given (the family whose runs were named first)

@@ -1,0 +1,62 @@
+"""The resolution view: each run evaluated at other image sizes without fine-tuning, beside its own size.
+
+`vit-ablate eval RUN --data.img_size=N --into-record` stores top-1 in the run record under `eval["<data>@<N>px"]`
+when the images were resized to N (content zoom: a patch holds more or less of the image), or `"<data>@<N>px/canvas"`
+when the content kept its scale on a canvas of N (padded, or drawn there: more tokens, the same patches). The record's
+`pos_resize` says how the encoding met the new grid; the size a run was trained at reads its own `val/acc`. Rows:
+the cells; columns: the image sizes and how each was reached. Only a larger canvas asks an encoding to extrapolate
+with the patches it knows (RoPE-ViT's test); a zoom also changes what each patch holds.
+"""
+
+from __future__ import annotations
+
+import re
+
+from vit_lightning.commands.results.render import Table
+from vit_lightning.commands.results.shapes import Data, fmt_acc
+from vit_lightning.commands.results.stats import summarize
+
+SIZE = "model.img_size"
+# a patch-size evaluation ("...px/p4") is not this view's
+EVAL_KEY = re.compile(r"(?P<data>[^@]+)@(?P<px>\d+)px(?:/(?P<canvas>canvas))?")
+VIEWS = {"": "trained", "zoom": "content zoom", "canvas": "larger canvas"}
+
+
+def accuracy_by_size(record: dict) -> dict[tuple[int, str], float]:
+    """A record's top-1 per (image size, view): its own val/acc at its own size (view ''), each evaluation at
+    another size ('zoom' or 'canvas')."""
+    config, found = record.get("config") or {}, {}
+    size = config.get(SIZE)  # a whole number or a (height, width) pair (the loader's checks): a square's side here
+    if (own := (record.get("metrics") or {}).get("val/acc")) is not None and isinstance(size, int):
+        found[size, ""] = own
+    for key, metrics in (record.get("eval") or {}).items():
+        match = EVAL_KEY.fullmatch(key)
+        if match and match["data"] == config.get("data.name") and (metrics or {}).get("val/acc") is not None:
+            view = "canvas" if match["canvas"] else "zoom"
+            if (int(match["px"]), "") not in found:
+                found.setdefault((int(match["px"]), view), metrics["val/acc"])
+    return found
+
+
+def resolution_tables(data: Data, names: dict) -> list[Table]:
+    """The cell x image size table (mean ± std over seeds; bold: the size trained at); [] without evaluations."""
+    used = data.runs[data.runs["note"] == ""]
+    by_cell = {i: [accuracy_by_size(data.records.get(name, {})) for name in used[used["cell"] == i]["name"]]
+               for i in data.cells.index}
+    columns = sorted({col for runs in by_cell.values() for run in runs for col in run})
+    if len(columns) < 2:
+        return []
+    views = {view for _, view in columns if view}
+    title = {"zoom": "resized to that side (content zoom)", "canvas": "on a canvas of that side, the content at its "
+             "own scale (larger canvas)"}
+    table = Table("Each cell evaluated at other image sizes (columns, px) without fine-tuning, "
+                  + " or ".join(title[v] for v in sorted(views)) + ": the position encoding met at the new grid as its "
+                  "record's pos_resize says, the patch kernel unchanged; top-1 on the validation set (bold: the size "
+                  "it was trained at, its final val/acc)",
+                  ["cell", *(f"{px} px" + (f" ({VIEWS[view]})" if view and len(views) > 1 else "") for px, view in columns)],
+                  [])
+    for row, i in enumerate(data.cells.index):
+        table.rows.append([names[i]] + [fmt_acc(*summarize([run[col] for run in by_cell[i] if col in run]))
+                                        for col in columns])
+        table.bold |= {(row, 1 + columns.index(col)) for col in columns if col[1] == ""}
+    return [table]
