@@ -262,7 +262,7 @@ def ablations_page() -> str:
 
 def _module_doc(name: str) -> str:
     """The first paragraph of vit_lightning.<name>'s docstring (a module, or a subpackage's __init__), unimported."""
-    package = Path(floors.__file__).parent
+    package = Path(floors.__file__).parent.parent
     path = package.joinpath(*name.split("."))
     for candidate in (path.with_suffix(".py"), path / "__init__.py"):
         if candidate.is_file():

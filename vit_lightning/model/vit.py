@@ -211,6 +211,7 @@ VIT = register(Family(
     architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
                   "pos_embed_class", *ENCODING_OPTIONS),
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits
-    check=check_vit, viz="vit_lightning.commands.viz.run", timm_loader=load_timm_vit, timm_options=partial(timm_vit_options, variants=VARIANTS),
+    check=check_vit, viz="vit_lightning.commands.viz.run", timm_loader=load_timm_vit,
+    timm_options=partial(timm_vit_options, variants=VARIANTS),
     offers=frozenset(CAPABILITIES),  # attention maps, a token grid, pre-logits, resizing to a new grid
 ))

@@ -16,7 +16,7 @@ and a handler runs inside another handler or inside any locked region of the mai
 whatever it waited on could be its own. The main thread acts on the noted signals between its waits.
 
 Every child learns the sweep's pid (SWEEP_PID_ENV): a trial whose sweep dies (SIGKILL, out of
-memory) stops itself as if the sweep had stopped it (train.py). A trial whose worker died
+memory) stops itself as if the sweep had stopped it (commands/fit). A trial whose worker died
 (forkserver.WorkerDied) is stopped here: SIGTERM to its group, SIGKILL after GRACE_S.
 """
 
