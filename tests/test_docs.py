@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from vit_lightning import cli
-from vit_lightning.commands import docs
+from vit_lightning.commands.docs import pages as docs
 from vit_lightning.model import ENCODINGS, FAMILIES, INJECTIONS
 from vit_lightning.model.config import ViTConfig
 

@@ -17,12 +17,13 @@ from scipy import stats
 
 from vit_lightning import ablation as ablations
 from vit_lightning.ablation import Ablation, Profile
-from vit_lightning.commands.results import cli, store
-from vit_lightning.commands.results.frame import cell_frame, runs_frame
+from vit_lightning.commands.results import cli
 from vit_lightning.commands.results.layouts import BUILDERS
 from vit_lightning.commands.results.optimum import differ, log_peaks, optimum, peak, ratio
-from vit_lightning.commands.results.stats import compare, fmt_p, holm, summarize, welch_p
 from vit_lightning.model import ENCODING_OPTIONS
+from vit_lightning.records import store
+from vit_lightning.records.frame import cell_frame, runs_frame
+from vit_lightning.records.stats import compare, fmt_p, holm, summarize, welch_p
 
 ENC, INJ, POOL, LR, PATCH, STEM, HEAD = ("model.pos_encoding", "model.pos_injection", "model.pooling", "model.lr",
                                          "model.patch_size", "model.stem", "model.head")

@@ -341,9 +341,9 @@ def test_normalize_reads_values_as_fit_parses_them():
 
 
 def test_runner_and_tables_agree_on_a_value_spelled_two_ways(tmp_path):
-    from vit_lightning.commands.results.frame import cell_index
     from vit_lightning.commands.sweep.trials import build
     from vit_lightning.core.identity import run_name
+    from vit_lightning.records.frame import cell_index
 
     def sweep(lr):
         params = {"model.lr": {"value": lr}, "seed_everything": {"value": 0}, "run.root": {"value": str(tmp_path)}}

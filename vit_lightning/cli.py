@@ -16,7 +16,8 @@ COMMANDS = {
     "eval": ("vit_lightning.analysis.evaluate:main", "top-1, top-5, loss and few-shot of a run or timm model on any data"),
     "bench": ("vit_lightning.commands.bench.cli:main", "training step vs timm and the matmul peak; loader throughput"),
     "gpu-check": ("vit_lightning.commands.bench.gpu_check:main", "one short run that proves a GPU machine (--dry-run: CPU)"),
-    "docs": ("vit_lightning.commands.docs:main", "regenerate docs/reference/ from the registries (--check: exit 1 if stale)"),
+    "docs": ("vit_lightning.commands.docs.pages:main",
+             "regenerate docs/reference/ from the registries (--check: exit 1 if stale)"),
 }
 
 

@@ -11,7 +11,7 @@ FLOORS = (
     ("model",),  # the backbone families and their parts
     ("data", "ablation", "__init__"),  # the data a run reads; an ablation's design; the package's exports
     ("run",),  # one run's machinery: its directory, start, module, callbacks, record and loggers
-    ("analysis",),  # a trained run read back: few-shot, shuffle, evaluate
+    ("analysis", "records"),  # a trained run read back (few-shot, shuffle, evaluate); the records read back
     ("commands.fit",),  # `vit-ablate fit`
     ("commands.docs", "commands.viz"),  # the reference pages; a run's figures
     ("commands.sweep",),  # `vit-ablate sweep`: one fit per trial

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from vit_lightning.commands.results.further import stages
-from vit_lightning.commands.results.store import collect, fetch_wandb
 from vit_lightning.commands.results.tables import build, figure_runs, grid_draw, other_draw
+from vit_lightning.records.store import collect, fetch_wandb
 
 
 def parser() -> argparse.ArgumentParser:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from vit_lightning.ablation import selector
-from vit_lightning.commands.results.frame import cell_frame, runs_frame
-from vit_lightning.commands.results.shapes import Data, cell_name, measured, value_key
+from vit_lightning.records.frame import cell_frame, runs_frame
+from vit_lightning.records.shapes import Data, cell_name, measured, value_key
 
 OFFSET, CONTROL = "offset:", "control:"  # prefixes of the derived columns in the cell frame
 

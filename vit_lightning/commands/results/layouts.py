@@ -9,12 +9,13 @@ from collections.abc import Callable
 import pandas as pd
 
 from vit_lightning.commands.results import further, pairs, plots, position_use
-from vit_lightning.commands.results.frame import best_of
 from vit_lightning.commands.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.commands.results.patch_transfer import PATCH, transfer_tables
-from vit_lightning.commands.results.render import Report, Table
 from vit_lightning.commands.results.resolution import resolution_tables
-from vit_lightning.commands.results.shapes import (
+from vit_lightning.core.names import SHUFFLE_DROP
+from vit_lightning.records.frame import best_of
+from vit_lightning.records.render import Report, Table
+from vit_lightning.records.shapes import (
     BEST_CAVEAT,
     BEST_REF,
     EQUIVALENCE,
@@ -37,8 +38,7 @@ from vit_lightning.commands.results.shapes import (
     shortfall,
     value_key,
 )
-from vit_lightning.commands.results.stats import Comparison, compare, fmt_p
-from vit_lightning.core.names import SHUFFLE_DROP
+from vit_lightning.records.stats import Comparison, compare, fmt_p
 
 
 def _names(data: Data) -> dict[int, str]:

@@ -7,9 +7,9 @@ import math
 
 import pandas as pd
 
-from vit_lightning.commands.results.render import Table
-from vit_lightning.commands.results.shapes import Data, comparison_text, fmt_acc, measured, value_key
-from vit_lightning.commands.results.stats import Comparison, fmt_p, holm, welch_p
+from vit_lightning.records.render import Table
+from vit_lightning.records.shapes import Data, comparison_text, fmt_acc, measured, value_key
+from vit_lightning.records.stats import Comparison, fmt_p, holm, welch_p
 
 
 def _match(data: Data, partial: dict) -> int | None:

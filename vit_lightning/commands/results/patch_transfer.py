@@ -9,9 +9,9 @@ side times N (`eval["<data>@<S>px/p<N>"]`): image and patch scaled together, the
 
 from __future__ import annotations
 
-from vit_lightning.commands.results.render import Table
-from vit_lightning.commands.results.shapes import Data, fmt_acc
-from vit_lightning.commands.results.stats import summarize
+from vit_lightning.records.render import Table
+from vit_lightning.records.shapes import Data, fmt_acc
+from vit_lightning.records.stats import summarize
 
 PATCH = "model.patch_size"
 # the control rows: image and patch scaled together, so the token grid is the trained one and PI-resize's guarantee

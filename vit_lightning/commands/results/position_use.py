@@ -7,9 +7,9 @@ import math
 
 import pandas as pd
 
-from vit_lightning.commands.results.shapes import Data, join
 from vit_lightning.core.names import BEST_METRIC
 from vit_lightning.model.position import LARGEST_BIAS, shuffle_caveat
+from vit_lightning.records.shapes import Data, join
 
 FINAL = "val/acc"  # the final epoch's top-1: the record's last history entry, the weights the shuffle is measured on
 

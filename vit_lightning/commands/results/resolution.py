@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 
-from vit_lightning.commands.results.render import Table
-from vit_lightning.commands.results.shapes import Data, fmt_acc
-from vit_lightning.commands.results.stats import summarize
+from vit_lightning.records.render import Table
+from vit_lightning.records.shapes import Data, fmt_acc
+from vit_lightning.records.stats import summarize
 
 SIZE = "model.img_size"
 # a patch-size evaluation ("...px/p4") is not this view's

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 
 from vit_lightning.commands.results.optimum import fmt_lr, optimum
-from vit_lightning.commands.results.render import Report, Table
-from vit_lightning.commands.results.shapes import Data, fmt_value, label, report
 from vit_lightning.core.identity import same
+from vit_lightning.records.render import Report, Table
+from vit_lightning.records.shapes import Data, fmt_value, label, report
 
 
 def _of(frame: pd.DataFrame, values: dict) -> pd.DataFrame:

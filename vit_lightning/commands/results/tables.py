@@ -7,13 +7,13 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from vit_lightning.commands.results.frame import cell_frame, design_cells, runs_frame, standing_runs
 from vit_lightning.commands.results.layouts import BUILDERS
-from vit_lightning.commands.results.render import to_latex, to_markdown
 from vit_lightning.commands.results.searched import build_search
-from vit_lightning.commands.results.shapes import Data
-from vit_lightning.commands.results.store import load_records
 from vit_lightning.core.files import write_atomic
+from vit_lightning.records.frame import cell_frame, design_cells, runs_frame, standing_runs
+from vit_lightning.records.render import to_latex, to_markdown
+from vit_lightning.records.shapes import Data
+from vit_lightning.records.store import load_records
 
 
 def build(ablation: Any, profile: Any, out: Path, other: OtherDraw | None = None) -> list[Path]:

@@ -8,12 +8,12 @@ from typing import Any
 import pandas as pd
 
 from vit_lightning.ablation import selector
-from vit_lightning.commands.results.checked import SKIPPED
-from vit_lightning.commands.results.stats import summarize
-from vit_lightning.commands.results.store import record_time
 from vit_lightning.core.identity import number, plain, same
 from vit_lightning.core.names import SEED_KEY
 from vit_lightning.model.position import ENCODING_OPTIONS, trained_options
+from vit_lightning.records.checked import SKIPPED
+from vit_lightning.records.stats import summarize
+from vit_lightning.records.store import record_time
 
 SEED = SEED_KEY
 COMPUTE = ("params", "gflops_per_image", "train_images_per_s", "wall_s")

@@ -11,10 +11,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from vit_lightning.commands.results.checked import checked
 from vit_lightning.core.files import write_atomic
 from vit_lightning.core.identity import flatten, number, plain
 from vit_lightning.core.names import FINAL, RECORD, SUMMARY_FIELDS
+from vit_lightning.records.checked import checked
 from vit_lightning.run.rundir import record_bytes, run_dirs
 
 # W&B run state -> our record status, for runs whose summary has no final status (W&B has no "diverged")

@@ -9,8 +9,8 @@ from typing import Any
 import pandas as pd
 
 from vit_lightning.ablation import selector
-from vit_lightning.commands.results.render import Report, Table
-from vit_lightning.commands.results.stats import ALPHA, Comparison, fmt_p
+from vit_lightning.records.render import Report, Table
+from vit_lightning.records.stats import ALPHA, Comparison, fmt_p
 
 COMPUTE_COLUMNS = {"params": ("params", ",.0f"), "gflops_per_image": ("GFLOPs/image", ".4g"),
                    "train_images_per_s": ("images/s", ".1f")}
