@@ -77,8 +77,8 @@ def conv(tmp_path, monkeypatch):
     importlib.metadata; dropped after the test."""
     import conv_family
 
+    from vit_lightning.commands.sweep import validate
     from vit_lightning.model.family import FAMILIES, discover, unregister
-    from vit_lightning.sweep import validate
 
     site = conv_family.install(tmp_path / "site")
     monkeypatch.syspath_prepend(str(site))
@@ -174,7 +174,7 @@ class StandIn:
 
     def state(self) -> dict:
         """The local backend's state file: trial id -> its status, attempts, pid, error."""
-        from vit_lightning.sweep import local
+        from vit_lightning.commands.sweep import local
 
         return json.loads((self.tmp_path / "runs" / "fake" / "demo" / local.STATE).read_text())["trials"]
 
@@ -207,7 +207,7 @@ class FakeWandbServer:
 def wandb_server(monkeypatch):
     """A fake W&B server behind wandb.sweep and wandb.Api, credentials present, WANDB_MODE unset (the tests' own
     "disabled" would stop the backend first), on a login node without a GPU."""
-    from vit_lightning.sweep import wandb_backend
+    from vit_lightning.commands.sweep import wandb_backend
 
     server = FakeWandbServer()
     monkeypatch.setattr("wandb.sweep", server.sweep)

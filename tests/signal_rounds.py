@@ -13,8 +13,8 @@ import sys
 import threading
 import time
 
-from vit_lightning.sweep import local
-from vit_lightning.sweep.trials import make
+from vit_lightning.commands.sweep import local
+from vit_lightning.commands.sweep.trials import make
 
 TRIAL = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(143)); time.sleep(120)"
 

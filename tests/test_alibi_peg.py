@@ -11,7 +11,8 @@ import torch
 from test_model import naive_attention
 from tiny import TINY_MODEL
 
-from vit_lightning import ViT, cli, train
+from vit_lightning import ViT, cli
+from vit_lightning.commands.fit import main as train
 from vit_lightning.model.position import Peg, alibi_slopes
 from vit_lightning.run.transfer import Source, account, start_from
 

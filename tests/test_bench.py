@@ -7,10 +7,10 @@ from contextlib import redirect_stdout
 import pytest
 import torch
 
-from vit_lightning.bench import loader, machine
-from vit_lightning.bench.report import render_markdown, render_text
-from vit_lightning.bench.timing import output_error, paired_ratio
 from vit_lightning.cli import main
+from vit_lightning.commands.bench import loader, machine
+from vit_lightning.commands.bench.report import render_markdown, render_text
+from vit_lightning.commands.bench.timing import output_error, paired_ratio
 from vit_lightning.model import ENCODINGS, POOLINGS
 
 ARGS = ["bench", "--variant", "micro", "--img-size", "16", "--patch-size", "8", "--batch-size", "2", "--steps", "1",
@@ -78,7 +78,7 @@ def test_report_renders_every_row(report):
 
 
 def test_every_encodings_step_time_is_over_nones_of_the_same_run(report):
-    from vit_lightning.bench.report import encoding_table
+    from vit_lightning.commands.bench.report import encoding_table
 
     headers, rows = encoding_table(report)
     assert headers == ["pos_encoding", "step / none [fp32]", "step / none [bf16]"]
@@ -92,7 +92,7 @@ def test_every_encodings_step_time_is_over_nones_of_the_same_run(report):
 
 
 def test_step_time_targets_over_none_eager_and_compiled():
-    from vit_lightning.bench.report import targets
+    from vit_lightning.commands.bench.report import targets
 
     def row(encoding, mode, vs_none):
         return {"name": f"ours {encoding}/cls", "kind": "ours", "pos_encoding": encoding, "pooling": "cls",
@@ -150,8 +150,8 @@ def test_bad_arguments_fail_in_one_line_before_measuring(extra, mentions, capsys
 
 
 def test_swin_candidate_is_paired_with_timms_swin():
-    from vit_lightning.bench.cli import add_ratios
-    from vit_lightning.bench.models import subjects
+    from vit_lightning.commands.bench.cli import add_ratios
+    from vit_lightning.commands.bench.models import subjects
 
     names = [s.name for s in subjects("micro", 56, 8, False, True, {"swin": "micro"})]
     assert names == ["ours learned_1d/cls", "ours swin-micro", "timm swin-micro", "timm"]
@@ -167,7 +167,7 @@ def test_swin_candidate_is_paired_with_timms_swin():
 
 @pytest.mark.slow
 def test_init_comparison_trains_every_pairing_and_tells_a_real_deficit_from_noise():
-    from vit_lightning.bench import init_vs_timm
+    from vit_lightning.commands.bench import init_vs_timm
 
     out = io.StringIO()
     with redirect_stdout(out):
@@ -184,7 +184,7 @@ def test_init_comparison_trains_every_pairing_and_tells_a_real_deficit_from_nois
 def test_an_image_folder_is_measured_decoding_in_pil_and_reading_bytes_only(tmp_path):
     from dataclasses import replace
 
-    from vit_lightning.bench.gpu_check import dry_folder_facts
+    from vit_lightning.commands.bench.gpu_check import dry_folder_facts
 
     cpu, facts = torch.device("cpu"), dry_folder_facts()  # the imagenet profile's loader at 16 px, decoding on the device
     loader.write_jpegs(tmp_path, 8, size=(64, 48))
@@ -203,9 +203,9 @@ def test_a_profile_decoding_on_its_device_is_fed_by_workers_that_read_bytes(monk
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from vit_lightning.bench import cli as bench
-    from vit_lightning.bench.gpu_check import dry_folder_facts
-    from vit_lightning.bench.report import data_table
+    from vit_lightning.commands.bench import cli as bench
+    from vit_lightning.commands.bench.gpu_check import dry_folder_facts
+    from vit_lightning.commands.bench.report import data_table
 
     # the imagenet profile at 16 px on a CPU "accelerator", so its step is measured here, on the device it decodes on
     facts = replace(dry_folder_facts(), accelerator="cpu", num_workers=1)

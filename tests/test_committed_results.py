@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vit_lightning.results.cli import main as table_main
+from vit_lightning.commands.results.cli import main as table_main
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 ABLATIONS = sorted(p.parent.name for p in RESULTS.glob("*/records"))

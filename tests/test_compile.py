@@ -7,8 +7,8 @@ import pytest
 import torch
 from tiny import TINY_MODEL
 
-from vit_lightning import train
-from vit_lightning.bench.machine import compile_unavailable
+from vit_lightning.commands.bench.machine import compile_unavailable
+from vit_lightning.commands.fit import main as train
 from vit_lightning.model import ENCODINGS, ViT
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do

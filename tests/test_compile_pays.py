@@ -7,7 +7,7 @@ import pytest
 import torch
 from tiny import TINY_MODEL
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
 
 pytestmark = pytest.mark.slow  # trains
 

@@ -167,7 +167,7 @@ def test_bad_decode_on_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_a_fit_decoding_on_the_device_trains_and_records_where_it_decoded(tmp_path):
-    from vit_lightning import train
+    from vit_lightning.commands.fit import main as train
 
     root = write_folder(tmp_path / "data", count=16)
     compute, losses = {}, {}

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from vit_lightning import ablation
+from vit_lightning.commands.sweep import trials, yamls
 from vit_lightning.model import ENCODINGS, FAMILIES, registered_names
 from vit_lightning.model.family import Option
 from vit_lightning.model.position import Learned1d
-from vit_lightning.sweep import trials, yamls
 
 REPO = Path(__file__).resolve().parents[1]
 NEW = "learned_1d_again"  # an encoding registered by the test only

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from vit_lightning import cli, docs
+from vit_lightning import cli
+from vit_lightning.commands.docs import pages as docs
 from vit_lightning.model import ENCODINGS, FAMILIES, INJECTIONS
 from vit_lightning.model.config import ModelConfig
 
@@ -263,9 +264,9 @@ def help_choices(help_text: str, option: str) -> set[str]:
 
 
 def test_fit_help_lists_the_choices_the_registries_accept():
+    from vit_lightning.commands.fit.main import fit_parser
     from vit_lightning.data.datamodule import DATASETS
     from vit_lightning.model import POOLINGS
-    from vit_lightning.train import fit_parser
 
     text = fit_parser().format_help()
     encodings = help_choices(text, "model.pos_encoding")

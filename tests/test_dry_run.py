@@ -7,8 +7,8 @@ import json
 
 import yaml
 
-from vit_lightning.sweep import cli, trials, yamls
-from vit_lightning.sweep.local import State
+from vit_lightning.commands.sweep import cli, trials, yamls
+from vit_lightning.commands.sweep.local import State
 
 
 def sweep(tmp_path) -> tuple[str, list]:

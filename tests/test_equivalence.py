@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 from test_results import make, md_cells, table, write_run
 
-from vit_lightning.results.stats import ALPHA, compare, holm, tost_p
+from vit_lightning.records.stats import ALPHA, compare, holm, tost_p
 
 ENC, TASK = "model.pos_encoding", "data.task"
 

@@ -13,7 +13,8 @@ import torch
 from PIL import Image
 from tiny import TINY_MODEL
 
-from vit_lightning import cli, train
+from vit_lightning import cli
+from vit_lightning.commands.fit import main as train
 
 pytestmark = pytest.mark.slow
 

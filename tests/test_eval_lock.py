@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from tiny import TINY_MODEL
 
-from vit_lightning import cli, train
+from vit_lightning import cli
 from vit_lightning.analysis import evaluate
+from vit_lightning.commands.fit import main as train
 from vit_lightning.run import rundir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # a fit process per test: minutes on a busy CPU

@@ -8,7 +8,7 @@ import math
 
 from test_results import make, table, write_run
 
-from vit_lightning.results.extrapolation import canvas_points, fall_with_drift, normalised_entropy
+from vit_lightning.commands.results.extrapolation import canvas_points, fall_with_drift, normalised_entropy
 
 ENC = "model.pos_encoding"
 

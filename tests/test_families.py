@@ -93,7 +93,7 @@ def test_a_convolutional_family_meets_the_contract_from_its_entry_alone(conv):
 def test_a_family_declares_and_checks_its_own_options(conv):
     """Its options reach its config by their public names, its check refuses a bad value in one line, and
     fit's parser offers them with their help; other families refuse them away from their default."""
-    from vit_lightning.train import fit_parser
+    from vit_lightning.commands.fit.main import fit_parser
 
     assert build_backbone(arch="conv", kernel_size=5, img_size=28, in_chans=1, num_classes=3).blocks[0].depthwise \
         .kernel_size == (5, 5)
@@ -150,10 +150,10 @@ def test_a_convolutional_family_is_fitted_evaluated_shuffled_drawn_and_swept(con
 
     import yaml
 
-    from vit_lightning import train
     from vit_lightning.analysis import evaluate
-    from vit_lightning.sweep import cli as sweep_cli
-    from vit_lightning.viz import cli as viz_cli
+    from vit_lightning.commands.fit import main as train
+    from vit_lightning.commands.sweep import cli as sweep_cli
+    from vit_lightning.commands.viz import cli as viz_cli
 
     monkeypatch.chdir(tmp_path)
     assert train.main([*CONV_FIT, "--run.root=runs", "--run.trial=c"]) == 0

@@ -98,8 +98,8 @@ CONV_REFUSED = ("model.qk_norm=True is not read by arch=conv; it reads: model.pa
 def test_the_conv_family_given_qk_norm_refuses_in_one_line_in_fit_and_in_a_sweeps_check(conv, tmp_path, capsys,
                                                                                          monkeypatch):
     """fit stops before its run directory exists; a sweep's check before its first trial starts."""
-    from vit_lightning import train
-    from vit_lightning.sweep import cli as sweep_cli
+    from vit_lightning.commands.fit import main as train
+    from vit_lightning.commands.sweep import cli as sweep_cli
 
     monkeypatch.chdir(tmp_path)
     argv = ["--model.arch=conv", "--model.qk_norm=true", "--trainer.max_epochs=1", "--run.wandb=off", "--run.root=runs"]

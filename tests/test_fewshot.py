@@ -13,12 +13,13 @@ import torch
 from tiny import TINY_MODEL
 
 from vit_lightning import ablation as ablations
-from vit_lightning import cli, train
+from vit_lightning import cli
 from vit_lightning.ablation import Ablation, Profile
 from vit_lightning.analysis import fewshot
+from vit_lightning.commands.fit import main as train
+from vit_lightning.commands.results import cli as table_cli
 from vit_lightning.data.datamodule import ImageDataModule
 from vit_lightning.model import ViT
-from vit_lightning.results import cli as table_cli
 
 TINY = [*TINY_MODEL, "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2"]
 NAMES = [name for k in fewshot.SHOTS for name in fewshot.metric_names(k)]

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from tiny import TINY_MODEL
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
 
@@ -83,11 +83,11 @@ def test_every_backbone_option_is_a_model_option_with_its_default():
     import dataclasses
     import inspect
 
-    from vit_lightning.defaults import DEMO
+    from vit_lightning.commands.sweep.validate import fit_parser
+    from vit_lightning.core.defaults import DEMO
     from vit_lightning.model import ModelConfig
     from vit_lightning.model.family import family_options
     from vit_lightning.run.module import Classifier
-    from vit_lightning.sweep.validate import fit_parser
 
     defaults = fit_parser().get_defaults()
     fields = {f.name: f.default for f in dataclasses.fields(ModelConfig)}

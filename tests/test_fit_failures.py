@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
+from vit_lightning.commands.sweep import cli as sweep_cli
 from vit_lightning.run import rundir
-from vit_lightning.sweep import cli as sweep_cli
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
 
@@ -123,7 +123,7 @@ def test_truncated_record_and_checkpoint_are_set_aside_and_the_run_goes_on(tmp_p
 
 
 def test_table_skips_truncated_records_and_names_them(tmp_path, capsys):
-    from vit_lightning.results import cli as table_cli
+    from vit_lightning.commands.results import cli as table_cli
 
     run = tmp_path / "runs" / "pos_encoding" / "demo" / "a-run"
     run.mkdir(parents=True)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from tiny import TINY_MODEL
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
 from vit_lightning.run import loggers
 from vit_lightning.run.module import Classifier
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from tiny import TINY_MODEL
 
-from vit_lightning import train
-from vit_lightning.bookkeeping import suggest
-from vit_lightning.sweep import cli
+from vit_lightning.commands.fit import main as train
+from vit_lightning.commands.sweep import cli
+from vit_lightning.core.checks import suggest
 
 
 def one_error(argv, tmp_path, capsys) -> str:

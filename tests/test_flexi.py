@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from tiny import TINY_MODEL
 
-from vit_lightning import ViT, cli, train
+from vit_lightning import ViT, cli
+from vit_lightning.commands.fit import main as train
 from vit_lightning.model.flexi import pi_resize
 from vit_lightning.run.transfer import Source, start_from
 
@@ -101,7 +102,7 @@ def test_eval_and_fine_tuning_at_another_patch_size(tmp_path, capsys):
     record = json.loads((run / "results.json").read_text())
     assert record["eval"]["mnist5k@56px/zoom/p14"] == {**kept["metrics"], **kept["attention"]}
     # the transfer view reads both from the keys eval files them under
-    from vit_lightning.results.patch_transfer import _accuracy
+    from vit_lightning.commands.results.patch_transfer import _accuracy
 
     assert _accuracy(record, 4) == out["metrics"]["val/acc"]
     assert _accuracy(record, 14, same_grid=True) == kept["metrics"]["val/acc"]

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from vit_lightning.commands.sweep import forkserver
+from vit_lightning.commands.sweep.trials import executable
 from vit_lightning.run import rundir
-from vit_lightning.sweep import forkserver
-from vit_lightning.sweep.trials import executable
 
 
 def fit_argv(root, *more: str) -> list[str]:

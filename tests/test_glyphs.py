@@ -165,7 +165,7 @@ def test_a_glyphs_run_is_evaluated_on_larger_canvases_into_its_record(tmp_path, 
     from tiny import TINY_MODEL
 
     from vit_lightning import cli
-    from vit_lightning.results.resolution import accuracy_by_size
+    from vit_lightning.commands.results.resolution import accuracy_by_size
 
     fit = [*TINY_MODEL, "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2",
            "--run.wandb=off", "--run.fewshot_shots=[]", "--data.name=glyphs", "--data.task=relative",

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from vit_lightning.ablation import BASE
-from vit_lightning.bench import gpu_check, profile_run
 from vit_lightning.cli import main
+from vit_lightning.commands.bench import gpu_check, profile_run
 
 
 @pytest.mark.slow
@@ -78,7 +78,7 @@ def record(steady: float, total: float, epochs: int = 3) -> dict:
 
 def test_the_projection_is_trials_x_epochs_x_images_over_the_aggregate_rate():
     from vit_lightning.ablation import load
-    from vit_lightning.sweep import trials, yamls
+    from vit_lightning.commands.sweep import trials, yamls
 
     configs = [c for _, c in yamls.sweep_configs(load("pos_encoding"), "cifar10")]
     count = len(trials.build(configs))
@@ -95,7 +95,7 @@ def test_the_projection_is_trials_x_epochs_x_images_over_the_aggregate_rate():
 
 
 def test_bench_encodings_can_name_a_few(capsys):
-    from vit_lightning.bench import cli as bench
+    from vit_lightning.commands.bench import cli as bench
     from vit_lightning.model import ENCODINGS
 
     chosen = bench.chosen_encodings(bench.parser().parse_args(["--encodings", "rope_mixed"]))

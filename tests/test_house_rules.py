@@ -52,7 +52,7 @@ def test_the_scan_finds_a_name_in_any_string_and_none_only_whole():
 def test_no_encoding_or_family_name_is_written_outside_the_registries():
     """Figures, bench facts, notes and defaults get names from the encoding and family registries."""
     files = package_files()
-    assert any(p.name == "train.py" for p in files) and not any("model" in p.parts for p in files)
+    assert any(p.parts[-2:] == ("fit", "main.py") for p in files) and not any("model" in p.parts for p in files)
     named = [f"{p.relative_to(REPO)}:{line}: {name}" for p in files for line, name in named_in(p.read_text())]
     assert named == []
 
@@ -75,8 +75,8 @@ def options_named_in(source: str, names) -> list[tuple[int, str]]:
 
 # Run naming still names these options outside model/ until a family declares its name parts as data (issue 45,
 # item 3 moves them into model/); exactly these, no others
-NAMING = {("vit_lightning/identity.py", name) for name in ("stem", "hybrid_layers", "pos_injection")} | {
-    ("vit_lightning/train.py", name) for name in ("reg_tokens", "pos_embed_class", "rope_theta", "rope_coords",
+NAMING = {("vit_lightning/core/identity.py", name) for name in ("stem", "hybrid_layers", "pos_injection")} | {
+    ("vit_lightning/commands/fit/main.py", name) for name in ("reg_tokens", "pos_embed_class", "rope_theta", "rope_coords",
                                                   "relative_scale", "peg_padding")}  # ADDED_SINCE_EARLIER
 
 
@@ -125,12 +125,12 @@ def help_of(text: str, option: str) -> str:
                                     "model.pos_injection", "model.head", "model.stem", "model.init", "data.name",
                                     "model.optimizer", "model.schedule", "model.pos_resample"])
 def test_fit_help_lists_every_valid_choice(option, capsys):
+    from vit_lightning.commands.fit.main import main
     from vit_lightning.data.datamodule import SOURCES
     from vit_lightning.model import HEADS, INJECTIONS, POOLINGS, STEMS
     from vit_lightning.model.layers import INITS
     from vit_lightning.run.module import OPTIMIZERS, SCHEDULES
     from vit_lightning.run.transfer import RESAMPLE
-    from vit_lightning.train import main
 
     registry = {"model.arch": FAMILIES, "model.pos_encoding": ENCODINGS, "model.pooling": POOLINGS,
                 "model.pos_injection": INJECTIONS, "model.head": HEADS, "model.stem": STEMS, "model.init": INITS,

@@ -7,9 +7,9 @@ import json
 import pytest
 import yaml
 
+from vit_lightning.commands.sweep import cli
 from vit_lightning.run import hyperband
 from vit_lightning.run.hyperband import parse, series, sweep_histories, verdict
-from vit_lightning.sweep import cli
 
 MAX = {"name": "val/acc", "goal": "maximize"}
 
@@ -140,8 +140,8 @@ def test_a_trials_command_carries_its_sweeps_rule_as_a_run_option_for_both_backe
     """The rule, its metric and the sweep's fixed settings in the trial's argv: what the W&B agent runs too."""
     from tests.wandb_agent import agent_command
     from vit_lightning.ablation import load
-    from vit_lightning.sweep import trials, yamls
-    from vit_lightning.train import fit_parser
+    from vit_lightning.commands.fit.main import fit_parser
+    from vit_lightning.commands.sweep import trials, yamls
 
     (_, config), *_ = yamls.sweep_configs(load("cls_vs_gap"), "demo_bayes")
     flag = f"--{hyperband.OPTION}="
@@ -172,7 +172,7 @@ def test_a_trials_command_carries_its_sweeps_rule_as_a_run_option_for_both_backe
 ])
 def test_a_bad_rule_on_fits_command_line_is_one_line_before_anything_is_written(tmp_path, capsys, text, problem):
     from tests.tiny import TINY_MODEL
-    from vit_lightning import train
+    from vit_lightning.commands.fit import main as train
 
     argv = [*TINY_MODEL, f"--run.root={tmp_path}", "--run.wandb=off", f"--{hyperband.OPTION}={text}"]
     assert train.main(argv) == 2
@@ -185,7 +185,7 @@ def test_a_bad_rule_on_fits_command_line_is_one_line_before_anything_is_written(
 def test_a_real_sweep_stops_the_trials_the_rule_says_and_its_table_lists_them(tmp_path, monkeypatch):
     """lr 2e-3 learns, lr 1e-7 does not: run second, the latter falls below the first at bracket 1 and stops."""
     from tests.tiny import TINY_MODEL
-    from vit_lightning.results import cli as table_cli
+    from vit_lightning.commands.results import cli as table_cli
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -223,7 +223,7 @@ def test_a_real_sweep_stops_the_trials_the_rule_says_and_its_table_lists_them(tm
     # the rule is the trial's own option: in its record and its recorded command, which stops it again alone
     command = json.loads((folder / ".sweep-state.json").read_text())["trials"][poor["trial"]]["command"]
     assert poor["config"][hyperband.OPTION] == command[-1].split("=", 1)[1]
-    from vit_lightning import train
+    from vit_lightning.commands.fit import main as train
 
     assert train.main([*command[2:], "--run.retrain=true"]) == 0
     again = json.loads((folder / poor["name"] / "results.json").read_text())

@@ -7,8 +7,8 @@ import pytest
 import yaml
 from test_sweep_search import config
 
-from vit_lightning.sweep import cli
-from vit_lightning.sweep.search import Search
+from vit_lightning.commands.sweep import cli
+from vit_lightning.commands.sweep.search import Search
 
 BASE = ["hybrid", "--profile", "cifar10", "--backend", "local", "--print-sbatch"]
 # (flag and its value, what the job's `vit-ablate sweep` line must then hold)

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from test_sweep_search import config, drive
 
-from vit_lightning.sweep import cli, repair
-from vit_lightning.sweep.search import Search
+from vit_lightning.commands.sweep import cli, repair
+from vit_lightning.commands.sweep.search import Search
 
 LR, WD = "model.lr", "model.weight_decay"
 

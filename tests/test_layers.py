@@ -1,4 +1,4 @@
-"""The layer rule (vit_lightning/floors.py): no import reaches a floor above its module's, and no import cycle.
+"""The layer rule (vit_lightning/core/floors.py): no import reaches a floor above its module's, and no import cycle.
 
 Every import statement counts, function-local ones included; imports by name at run time (importlib) are
 named in ROUTES. A parent package's __init__, which Python runs before any of its modules, is no edge.
@@ -11,19 +11,20 @@ import shutil
 import sys
 from pathlib import Path
 
-from vit_lightning import cli, floors
+from vit_lightning import cli
+from vit_lightning.commands.sweep import forkserver
+from vit_lightning.core import floors
 from vit_lightning.model.family import FAMILIES
-from vit_lightning.sweep import forkserver
 
-PACKAGE = Path(floors.__file__).parent
+PACKAGE = Path(floors.__file__).parent.parent  # vit_lightning/, floors.py sits in its core/
 ABLATIONS = PACKAGE.parent / "ablations"
 # Imports by name at run time, which ast cannot see: module -> the modules it imports that way
 ROUTES = {
     "vit_lightning.cli": tuple(target.split(":")[0] for target, _ in cli.COMMANDS.values()),
     "vit_lightning.ablation": ("vit_lightning.model",),  # load() runs ablations/*.py, which import the model
-    "vit_lightning.sweep.forkserver": tuple(m for m in forkserver.PRELOAD if m.startswith("vit_lightning")),
-    "vit_lightning.bench.trial_split": (),  # times torch's Adam, found by name
-    "vit_lightning.viz.run": tuple(family.viz for family in FAMILIES.values() if family.viz),  # a family's figures
+    "vit_lightning.commands.sweep.forkserver": tuple(m for m in forkserver.PRELOAD if m.startswith("vit_lightning")),
+    "vit_lightning.commands.bench.trial_split": (),  # times torch's Adam, found by name
+    "vit_lightning.commands.viz.run": tuple(family.viz for family in FAMILIES.values() if family.viz),  # a family's figures
 }
 BY_NAME = ("import_module(", "spec_from_file_location(", "find_spec(", "__import__(")
 
@@ -102,7 +103,7 @@ def test_every_module_is_on_a_floor_and_imports_downward_only_without_cycles():
 def test_imports_by_name_are_all_routed():
     by_name = {module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py") if any(c in p.read_text() for c in BY_NAME)}
     assert by_name == set(ROUTES)
-    assert "vit_lightning.train" in ROUTES["vit_lightning.cli"]  # the routes are read, not empty
+    assert "vit_lightning.commands.fit.main" in ROUTES["vit_lightning.cli"]  # the routes are read, not empty
 
 
 def test_ablations_import_the_ablation_and_model_modules_only():
@@ -120,12 +121,27 @@ def test_an_upward_import_or_a_cycle_breaks_the_rule(tmp_path):
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     assert problems(copy) == []
     with open(copy / "run" / "rundir.py", "a") as f:  # a function-local import from fit's floor
-        f.write("\n\ndef later():\n    from vit_lightning.train import main\n\n    return main\n")
+        f.write("\n\ndef later():\n    from vit_lightning.commands.fit.main import main\n\n    return main\n")
     upward, cycle = problems(copy)  # train imports rundir, so the upward import closes a cycle too
-    assert upward == "vit_lightning.run.rundir (floor 2) imports vit_lightning.train (floor 12)"
-    assert cycle.startswith("import cycle: ") and {"vit_lightning.run.rundir", "vit_lightning.train"} <= set(cycle[14:].split(" <-> "))
+    assert upward == "vit_lightning.run.rundir (floor 3) imports vit_lightning.commands.fit.main (floor 5)"
+    assert cycle.startswith("import cycle: ")
+    assert {"vit_lightning.run.rundir", "vit_lightning.commands.fit.main"} <= set(cycle[14:].split(" <-> "))
     shutil.copy(PACKAGE / "run" / "rundir.py", copy / "run" / "rundir.py")
     for module, other in (("hyperband", "loggers"), ("loggers", "hyperband")):  # one floor, but a cycle
         with open(copy / "run" / f"{module}.py", "a") as f:
             f.write(f"\nfrom vit_lightning.run import {other}  # noqa\n")
     assert problems(copy) == ["import cycle: vit_lightning.run.hyperband <-> vit_lightning.run.loggers"]
+
+
+def test_the_root_keeps_the_entry_point_and_the_floors_name_folders():
+    """At most 4 modules at the package's root; each floor names folders (or a root module) and holds <= 16 modules."""
+    root_modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root_modules) <= 4, root_modules
+    edges = graph(PACKAGE)
+    for level, names in enumerate(floors.FLOORS):
+        for name in names:
+            path = PACKAGE.joinpath(*name.split("."))
+            root_module = path.parent == PACKAGE and path.with_suffix(".py").is_file()
+            assert path.is_dir() or root_module or name.endswith("__init__"), f"{name}: a floor names folders"
+        held = [m for m in edges if floors.floor(m) == level and not m.endswith("__init__")]
+        assert len(held) <= 16, f"floor {level} {names} holds {len(held)} modules: split it"

@@ -58,8 +58,8 @@ def test_every_lightning_hook_we_define_says_override():
     from lightning.pytorch.cli import LightningCLI
     from lightning.pytorch.loggers import Logger
 
-    from vit_lightning import train
     from vit_lightning.analysis import fewshot
+    from vit_lightning.commands.fit import main as train
     from vit_lightning.data import datamodule as data
     from vit_lightning.run import callbacks, loggers, module, record, rundir, transfer
 

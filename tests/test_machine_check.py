@@ -7,10 +7,10 @@ import pytest
 import yaml
 from tiny import TINY_MODEL
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
+from vit_lightning.commands.sweep import cli, yamls
 from vit_lightning.data import sources
 from vit_lightning.run import machine
-from vit_lightning.sweep import cli, yamls
 
 TINY = {"model.width": {"value": 32}, "model.depth": {"value": 1}, "model.heads": {"value": 2},
         "model.mlp_dim": {"value": 64}, "trainer.max_epochs": {"value": 1}}

@@ -6,7 +6,7 @@ import math
 import pytest
 from tiny import TINY_MODEL
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
 from vit_lightning.run.module import Classifier, decay_groups
 
 TINY = [*TINY_MODEL, "--trainer.limit_val_batches=1"]

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from tiny import TINY_MODEL
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
 from vit_lightning.data.datamodule import ImageDataModule
 from vit_lightning.model.pooling import HEADS
 from vit_lightning.run.module import Classifier

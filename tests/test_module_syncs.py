@@ -4,7 +4,7 @@ import pytest
 import torch
 from tiny import TINY_MODEL
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
 from vit_lightning.run.module import Classifier
 
 # Python-level calls that wait for the device (a value read back, a size known only after the kernel ran)

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from tiny import TINY_MODEL
 
-from vit_lightning import train
 from vit_lightning.analysis import evaluate
+from vit_lightning.commands.fit import main as train
+from vit_lightning.commands.sweep import cli
 from vit_lightning.model import ViT
 from vit_lightning.run.hyperband import parse
 from vit_lightning.run.module import Classifier
-from vit_lightning.sweep import cli
 
 MICRO = dict(img_size=28, in_chans=1, num_classes=10, patch_size=7)
 INF, NAN = math.inf, math.nan

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from vit_lightning import docs
+from vit_lightning.commands.docs import pages as docs
+from vit_lightning.commands.sweep import cli
 from vit_lightning.run.hyperband import OPTION, sweep_histories
-from vit_lightning.sweep import cli
 
 
 def test_docs_out_a_file_is_one_line_and_leaves_it_alone(tmp_path, capsys):

@@ -12,7 +12,7 @@ import torch
 from vit_lightning import ViT
 from vit_lightning.analysis.attention import readouts
 from vit_lightning.analysis.evaluate import add_eval
-from vit_lightning.evalkey import parse
+from vit_lightning.core.evalkey import parse
 
 
 def test_uniform_attention_has_entropy_log_t_and_the_mean_pairwise_distance():

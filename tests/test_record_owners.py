@@ -13,7 +13,7 @@ from test_results import ENC, make, write_run
 
 from vit_lightning import ablation as ablations
 from vit_lightning.ablation import Profile
-from vit_lightning.results import cli
+from vit_lightning.commands.results import cli
 
 FIRST = {"none": 0.40, "learned_1d": 0.60}  # accuracy per cell, seed s adds 0.01 * s
 

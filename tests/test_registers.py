@@ -13,8 +13,9 @@ from test_results import make, md_cells, table, write_run
 from tiny import TINY_MODEL
 
 from vit_lightning import ablation as ablations
-from vit_lightning import cli, train
-from vit_lightning.viz import analysis
+from vit_lightning import cli
+from vit_lightning.commands.fit import main as train
+from vit_lightning.commands.viz import analysis
 
 REG = "model.reg_tokens"
 

@@ -5,8 +5,8 @@ import json
 from test_results import make, md_cells, table, write_run
 
 from vit_lightning.analysis.evaluate import add_eval
-from vit_lightning.evalkey import EvalKey
-from vit_lightning.results.resolution import accuracy_by_size
+from vit_lightning.commands.results.resolution import accuracy_by_size
+from vit_lightning.core.evalkey import EvalKey
 
 ENC = "model.pos_encoding"
 

@@ -17,12 +17,13 @@ from scipy import stats
 
 from vit_lightning import ablation as ablations
 from vit_lightning.ablation import Ablation, Profile
+from vit_lightning.commands.results import cli
+from vit_lightning.commands.results.layouts import BUILDERS
+from vit_lightning.commands.results.optimum import differ, log_peaks, optimum, peak, ratio
 from vit_lightning.model import ENCODING_OPTIONS
-from vit_lightning.results import cli, store
-from vit_lightning.results.frame import cell_frame, runs_frame
-from vit_lightning.results.layouts import BUILDERS
-from vit_lightning.results.optimum import differ, log_peaks, optimum, peak, ratio
-from vit_lightning.results.stats import compare, fmt_p, holm, summarize, welch_p
+from vit_lightning.records import store
+from vit_lightning.records.frame import cell_frame, runs_frame
+from vit_lightning.records.stats import compare, fmt_p, holm, summarize, welch_p
 
 ENC, INJ, POOL, LR, PATCH, STEM, HEAD = ("model.pos_encoding", "model.pos_injection", "model.pooling", "model.lr",
                                          "model.patch_size", "model.stem", "model.head")
@@ -645,8 +646,8 @@ def test_cli_rejects_unknown_names(tmp_path, monkeypatch, capsys):
 def test_tiny_sweep_then_table(tmp_path, monkeypatch):
     """Two cells of the real pos_encoding demo through the local sweep backend, then `vit-ablate table`."""
     yaml = pytest.importorskip("yaml")
-    from vit_lightning.sweep import cli as sweep_cli
-    from vit_lightning.sweep import yamls
+    from vit_lightning.commands.sweep import cli as sweep_cli
+    from vit_lightning.commands.sweep import yamls
 
     pos = ablations.load("pos_encoding")
     config = next(c for _, c in yamls.sweep_configs(pos, "demo") if "none" in str(c["parameters"][ENC]))

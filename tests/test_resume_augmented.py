@@ -13,9 +13,9 @@ import torch
 from test_sweep_signals import start_sweep, sweep_file, training
 from tiny import TINY_MODEL, wait_for
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
+from vit_lightning.commands.sweep.supervise import descendants
 from vit_lightning.run.module import Classifier
-from vit_lightning.sweep.supervise import descendants
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import pytest
 from lightning.pytorch import Callback
 from tiny import TINY_MODEL
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
 
 pytestmark = pytest.mark.slow
 

@@ -248,9 +248,9 @@ def test_every_rope_encoding_is_rotary_and_declares_its_injections():
 
 @pytest.mark.parametrize("encoding", ["rope_axial", "learned_1d+rope_mixed"])
 def test_rope_figures_and_the_ones_that_do_not_apply(encoding, tmp_path):
-    from vit_lightning.viz import analysis
-    from vit_lightning.viz.rope import offset_logits
-    from vit_lightning.viz.run import Run, compute, draw
+    from vit_lightning.commands.viz import analysis
+    from vit_lightning.commands.viz.rope import offset_logits
+    from vit_lightning.commands.viz.run import Run, compute, draw
 
     torch.manual_seed(0)
     vit = ViT(**{**SMALL, "img_size": (21, 28)}, pos_encoding=encoding, reg_tokens=1).double().eval()  # 3 x 4 grid
@@ -287,7 +287,8 @@ def test_a_rope_run_is_evaluated_and_fine_tuned_at_another_size_and_the_records_
 
     from tiny import TINY_MODEL
 
-    from vit_lightning import cli, train
+    from vit_lightning import cli
+    from vit_lightning.commands.fit import main as train
 
     tiny = [*TINY_MODEL, "--trainer.max_epochs=1", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
             "--run.wandb=off", "--run.fewshot_shots=[]", f"--run.root={tmp_path}"]

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from vit_lightning import ablation
+from vit_lightning.commands.fit.main import FitCLI
+from vit_lightning.commands.sweep import names
 from vit_lightning.model import FAMILIES
 from vit_lightning.model.family import Option, added_after_earlier, trial_name
 from vit_lightning.model.naming import FIRST, NAMING, NAMING_KEY
-from vit_lightning.sweep import names
-from vit_lightning.train import FitCLI
 
 # every option changed from its default (values that build a model on the demo data)
 EVERY = ["--model.variant=Ti", "--model.patch_size=4", "--model.width=48", "--model.depth=2", "--model.heads=3",

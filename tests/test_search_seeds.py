@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from vit_lightning.commands.sweep import cli, search
+from vit_lightning.commands.sweep.search import Search
 from vit_lightning.run import hyperband
-from vit_lightning.sweep import cli, search
-from vit_lightning.sweep.search import Search
 
 LRS = [0.001, 0.002, 0.004, 0.008]
 MEAN = {0.001: 0.80, 0.002: 0.85, 0.004: 0.70, 0.008: 0.75}
@@ -156,7 +156,7 @@ def test_cli_seeds_per_point_and_confirm(tmp_path, capsys, monkeypatch):
 
 def test_the_demo_bayes_seeds_profile_confirms_its_top_two_at_five_seeds():
     from vit_lightning.ablation import load
-    from vit_lightning.sweep import yamls
+    from vit_lightning.commands.sweep import yamls
 
     (_, config), *_ = yamls.sweep_configs(load("cls_vs_gap"), "demo_bayes_seeds")
     assert config["parameters"]["seed_everything"] == {"values": [0, 1, 2]} and config["run_cap"] == 24
@@ -169,7 +169,7 @@ def test_the_searched_table_tests_the_confirmed_points_against_the_grids_best_ce
     the confirmed points' rows, Welch's p by scipy and Holm's by hand."""
     from scipy import stats
 
-    from vit_lightning.results import cli as table_cli
+    from vit_lightning.commands.results import cli as table_cli
 
     repo_grid = Path(__file__).resolve().parent.parent / "results" / "cls_vs_gap"
     folder = tmp_path / "runs" / "cls_vs_gap" / "demo_bayes_seeds"

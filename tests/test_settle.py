@@ -3,8 +3,8 @@
 import pandas as pd
 
 from vit_lightning.ablation import Ablation, profile
-from vit_lightning.results.settle import ceiling_tables, draw_curves, epochs_to, last_rise, settling_table
-from vit_lightning.results.shapes import Data
+from vit_lightning.commands.results.settle import ceiling_tables, draw_curves, epochs_to, last_rise, settling_table
+from vit_lightning.records.shapes import Data
 
 
 def history(accs):

@@ -9,7 +9,6 @@ import pytest
 import torch
 from tiny import TINY_MODEL
 
-from vit_lightning import train
 from vit_lightning.analysis.evaluate import accuracy
 from vit_lightning.analysis.shuffle import (
     ShuffledAccuracy,
@@ -18,6 +17,7 @@ from vit_lightning.analysis.shuffle import (
     shuffle_blocks,
     shuffled_accuracy,
 )
+from vit_lightning.commands.fit import main as train
 from vit_lightning.model import ViT
 
 

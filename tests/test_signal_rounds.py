@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from vit_lightning.sweep import local, supervise
+from vit_lightning.commands.sweep import local, supervise
 
 TERM, USR1 = signal.SIGTERM, signal.SIGUSR1
 # (the driver's kind of round, the signals with the seconds to wait before each)

@@ -10,10 +10,11 @@ import torch
 import torch.nn.functional as F
 from tiny import TINY_MODEL
 
-from vit_lightning import ViT, train
+from vit_lightning import ViT
+from vit_lightning.commands.fit import main as train
+from vit_lightning.commands.viz import analysis
 from vit_lightning.model import Swin
 from vit_lightning.model.layers import Attention, Block
-from vit_lightning.viz import analysis
 
 MICRO = dict(img_size=28, in_chans=1, num_classes=10, patch_size=7)  # a 4 x 4 grid
 

@@ -128,7 +128,7 @@ def test_a_two_task_job_array_of_a_local_sweep_trains_every_trial_once_and_both_
     and an `afterok` job after the array runs."""
     import yaml
 
-    from vit_lightning.sweep import cli
+    from vit_lightning.commands.sweep import cli
 
     root = tmp_path / "runs"
     fixed = {"model.width": 32, "model.depth": 1, "model.heads": 2, "model.mlp_dim": 64, "data.batch_size": 8,
@@ -176,7 +176,7 @@ def printed_script(tmp_path: Path, monkeypatch, capsys, epochs: int, batches: in
     every training step in each trial's metrics.csv."""
     import yaml
 
-    from vit_lightning.sweep import cli
+    from vit_lightning.commands.sweep import cli
 
     fixed = {"model.width": 32, "model.depth": 1, "model.heads": 2, "model.mlp_dim": 64, "data.batch_size": 8,
              "trainer.limit_train_batches": batches, "trainer.limit_val_batches": 1, "trainer.num_sanity_val_steps": 0,

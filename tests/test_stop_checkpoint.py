@@ -8,7 +8,7 @@ import signal
 import pytest
 from tiny import TINY_MODEL
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
 from vit_lightning.run import rundir
 from vit_lightning.run.module import Classifier
 

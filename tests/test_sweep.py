@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from vit_lightning.ablation import available, load
+from vit_lightning.commands.sweep import cli, expand, wandb_backend, yamls
+from vit_lightning.commands.sweep.expand import render_args
 from vit_lightning.run import hyperband
-from vit_lightning.sweep import cli, expand, wandb_backend, yamls
-from vit_lightning.sweep.expand import render_args
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,7 +63,7 @@ def test_every_ablation_has_demo_and_gpu_profiles():
 
 
 def test_yaml_files_are_valid_wandb_sweeps():
-    from vit_lightning.sweep.validate import known_keys
+    from vit_lightning.commands.sweep.validate import known_keys
 
     known = known_keys()
     files = sorted((REPO / "sweeps").glob("*.yaml"))
@@ -287,7 +287,7 @@ def test_the_local_job_script_gives_each_slot_a_gpu_and_its_loaders_cpus_and_run
 
 # --- W&B backend -------------------------------------------------------------------------------------
 def test_gpu_split_is_shared_by_both_backends():
-    from vit_lightning.sweep.supervise import slot_envs, split_gpus
+    from vit_lightning.commands.sweep.supervise import slot_envs, split_gpus
 
     gpus = [str(i) for i in range(8)]
     assert split_gpus(gpus) == [[g] for g in gpus]  # W&B default: one agent per GPU
@@ -340,7 +340,7 @@ def test_run_agents_pins_each_agent_and_staggers_starts(tmp_path):
 
 # --- one trial identity: the runner, fit and the tables read values alike ------------------------------
 def test_normalize_reads_values_as_fit_parses_them():
-    from vit_lightning.identity import normalize, same
+    from vit_lightning.core.identity import normalize, same
 
     assert normalize("1e-4") == normalize(0.0001) == 0.0001 and normalize("1.5E3") == 1500
     assert normalize("2") == normalize(2.0) == 2 and normalize("-3") == -3
@@ -351,9 +351,9 @@ def test_normalize_reads_values_as_fit_parses_them():
 
 
 def test_runner_and_tables_agree_on_a_value_spelled_two_ways(tmp_path):
+    from vit_lightning.commands.sweep.trials import build
     from vit_lightning.model.family import trial_name
-    from vit_lightning.results.frame import cell_index
-    from vit_lightning.sweep.trials import build
+    from vit_lightning.records.frame import cell_index
 
     def sweep(lr):
         params = {"model.lr": {"value": lr}, "seed_everything": {"value": 0}, "run.root": {"value": str(tmp_path)}}
@@ -371,7 +371,7 @@ def test_runner_and_tables_agree_on_a_value_spelled_two_ways(tmp_path):
 def test_a_trial_finds_its_record_by_id(tmp_path):
     import json
 
-    from vit_lightning.sweep.trials import build, find_record
+    from vit_lightning.commands.sweep.trials import build, find_record
 
     params = {"model.lr": {"values": [0.1, 0.2]}, "run.root": {"value": str(tmp_path)},
               "run.ablation": {"value": "a"}, "run.profile": {"value": "p"}}
@@ -392,7 +392,7 @@ def test_a_trial_finds_its_record_by_id(tmp_path):
 
 
 def test_fit_names_its_run_dir_with_the_trial_id(tmp_path):
-    from vit_lightning.identity import run_dir
+    from vit_lightning.core.identity import run_dir
     from vit_lightning.model.family import trial_name
 
     config = {"run.root": str(tmp_path), "run.ablation": "a", "run.profile": "p", "model.lr": 0.1}
@@ -413,7 +413,7 @@ def test_a_sweep_may_not_set_the_trial_id(tmp_path, capsys):
 
 # --- every trial is checked before any starts --------------------------------------------------------
 def test_a_patch_size_that_does_not_divide_the_image_is_rejected_up_front(tmp_path, capsys):
-    from vit_lightning.sweep import local
+    from vit_lightning.commands.sweep import local
 
     runs = tmp_path / "runs"
     params = {"model.patch_size": {"values": [7, 5]}, "data.name": {"value": "mnist5k"},

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vit_lightning.sweep import cli, local, trials
+from vit_lightning.commands.sweep import cli, local, trials
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
 
@@ -69,7 +69,7 @@ def test_grid_2x2_leaves_four_completed_records(tmp_path, monkeypatch):
 
 
 def test_fit_refuses_a_trial_id_that_is_not_a_plain_name(tmp_path, capsys):
-    from vit_lightning import train
+    from vit_lightning.commands.fit import main as train
 
     code = train.main(["--run.trial=../elsewhere", f"--run.root={tmp_path / 'runs'}", "--trainer.max_epochs=1"])
     err = capsys.readouterr().err

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vit_lightning.sweep import cli, local
+from vit_lightning.commands.sweep import cli, local
 
 
 def test_runs_every_trial_then_skips_done_ones(stand_in, tmp_path, monkeypatch, capsys):
@@ -75,8 +75,8 @@ def test_a_signal_to_the_sweep_is_forwarded_and_the_sweep_resumes(stand_in, sig,
 
 
 def test_a_trial_whose_run_dir_another_process_holds_is_not_started(stand_in, tmp_path, monkeypatch, capsys):
+    from vit_lightning.commands.sweep import trials
     from vit_lightning.run import rundir
-    from vit_lightning.sweep import trials
 
     monkeypatch.setenv("FAKE_MARKER", str(tmp_path / "marker.txt"))
     sweep = stand_in.sweep()
@@ -116,7 +116,7 @@ def _gone(pid: int) -> bool:
 @pytest.mark.parametrize("backend", ["local", "wandb"])
 def test_both_backends_stop_alike(backend, tmp_path, monkeypatch):
     """SIGTERM is forwarded; children that ignore it are killed with all below them; the exit code is 128+15."""
-    from vit_lightning.sweep import supervise, wandb_backend
+    from vit_lightning.commands.sweep import supervise, wandb_backend
 
     script, pid_file = tmp_path / "stubborn.py", tmp_path / "pid"
     script.write_text(STUBBORN)

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from test_sweep_search import config, drive
 
+from vit_lightning.commands.sweep import cli, local, repair
+from vit_lightning.commands.sweep.search import Search
+from vit_lightning.commands.sweep.trials import make
 from vit_lightning.run import rundir
-from vit_lightning.sweep import cli, local, repair
-from vit_lightning.sweep.search import Search
-from vit_lightning.sweep.trials import make
 
 DAMAGE = {"truncated": '{"proposals": [{"id": "lr', "empty": "", "a list": "[1, 2]",
           "proposals a string": '{"proposals": "none"}', "a proposal without raw": '{"proposals": [{"id": "x"}]}'}

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vit_lightning.sweep import cli, expand, search
-from vit_lightning.sweep.search import Search, value
+from vit_lightning.commands.sweep import cli, expand, search
+from vit_lightning.commands.sweep.search import Search, value
 
 
 def config(root: Path, cap: int | None = None, method: str = "bayes") -> dict:
@@ -194,7 +194,7 @@ def test_two_sweeps_on_one_root_share_one_search(stand_in):
 
 def test_a_searched_profile_table_counts_its_spend_against_the_grid(tmp_path):
     """demo_bayes's table from canned search records, against the committed cls_vs_gap demo grid."""
-    from vit_lightning.results import cli as table_cli
+    from vit_lightning.commands.results import cli as table_cli
 
     repo_grid = Path(__file__).resolve().parent.parent / "results" / "cls_vs_gap"
     folder = tmp_path / "runs" / "cls_vs_gap" / "demo_bayes"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from vit_lightning.sweep import cli, local, trials
+from vit_lightning.commands.sweep import cli, local, trials
 
 
 def sweep_command(sweep: str, *extra: str) -> list[str]:
@@ -200,7 +200,7 @@ def test_an_unreadable_state_file_is_replaced_with_a_warning(stand_in, tmp_path,
 
 # --- nothing runs from the working directory -------------------------------------------------------------------
 def test_an_ablations_folder_in_the_working_directory_is_never_run(tmp_path, monkeypatch, capsys):
-    from vit_lightning.results import cli as table_cli
+    from vit_lightning.commands.results import cli as table_cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ablations").mkdir()

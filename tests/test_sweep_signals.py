@@ -16,8 +16,8 @@ import pytest
 import yaml
 from tiny import steps_logged, wait_for
 
-from vit_lightning.sweep import local
-from vit_lightning.sweep.supervise import descendants
+from vit_lightning.commands.sweep import local
+from vit_lightning.commands.sweep.supervise import descendants
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from vit_lightning import Swin, load_timm_weights, train
+from vit_lightning import Swin, load_timm_weights
+from vit_lightning.commands.fit import main as train
 from vit_lightning.model.swin import shift_mask, window_merge, window_partition
 
 timm = pytest.importorskip("timm")
@@ -264,7 +265,7 @@ def test_fewshot_on_a_swin_run_during_fit_and_from_its_checkpoint(tmp_path, monk
     after = json.loads(path.read_text())["metrics"]
     assert after["val/fewshot2"] == pytest.approx(during["val/fewshot2"], abs=1e-6)
     # and the figures that apply to it, with a note for each that does not
-    from vit_lightning.viz import cli as viz
+    from vit_lightning.commands.viz import cli as viz
 
     assert viz.main([str(path.parent), "--out", str(tmp_path / "viz"), "--images", "4", "--wandb", "off"]) == 0
     made = {p.name for p in (tmp_path / "viz").iterdir()}
@@ -275,7 +276,7 @@ def test_fewshot_on_a_swin_run_during_fit_and_from_its_checkpoint(tmp_path, monk
 
 
 def test_window_distance_of_uniform_attention_is_the_mean_pairwise_distance():
-    from vit_lightning.viz.swin import window_distance
+    from vit_lightning.commands.viz.swin import window_distance
 
     m, stride = 3, 2.0
     probs = torch.full((5, 2, m * m, m * m), 1.0 / (m * m))  # 5 windows, 2 heads

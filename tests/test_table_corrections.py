@@ -15,7 +15,7 @@ from test_results import CLS, ENC, INJ, LR, lr_runs, make, md_cells, table, writ
 from vit_lightning import ablation as ablations
 from vit_lightning.ablation import Ablation, Profile
 from vit_lightning.model.position import LARGEST_BIAS, Alibi2d, Peg, shuffle_caveat
-from vit_lightning.results.stats import fmt_p, holm
+from vit_lightning.records.stats import fmt_p, holm
 
 SRC, PATCH = "model.init_from", "model.patch_size"
 

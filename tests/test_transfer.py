@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from tiny import TINY_MODEL
 
-from vit_lightning import ViT, cli, train
+from vit_lightning import ViT, cli
+from vit_lightning.commands.fit import main as train
 from vit_lightning.model.position import sincos_2d_table
 from vit_lightning.run.transfer import Source, read_source, start_from
 

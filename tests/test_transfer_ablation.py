@@ -11,8 +11,8 @@ import yaml
 from vit_lightning.ablations.transfer import DEMO, transfer_profiles
 
 from vit_lightning.ablation import load
-from vit_lightning.results import cli as table_cli
-from vit_lightning.sweep import cli, trials, yamls
+from vit_lightning.commands.results import cli as table_cli
+from vit_lightning.commands.sweep import cli, trials, yamls
 
 TINY = {"data.name": "mnist5k", "data.batch_size": 16, "model.variant": "micro", "model.patch_size": 7,
         "trainer.max_epochs": 1, "trainer.limit_train_batches": 3, "trainer.limit_val_batches": 2,

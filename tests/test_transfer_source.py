@@ -10,7 +10,7 @@ import pytest
 import torch
 from tiny import TINY_MODEL
 
-from vit_lightning import train
+from vit_lightning.commands.fit import main as train
 from vit_lightning.run.transfer import read_source
 
 TINY = [*TINY_MODEL, "--data.batch_size=32", "--trainer.max_epochs=1", "--trainer.limit_val_batches=2",
@@ -131,7 +131,7 @@ def _finished_source(path, **options):
 
 
 def test_the_sweep_checks_a_transfer_trial_with_the_sources_architecture(tmp_path):
-    from vit_lightning.sweep.validate import SweepError, check_trial
+    from vit_lightning.commands.sweep.validate import SweepError, check_trial
 
     src = _finished_source(tmp_path / "src", width=32, heads=2, pos_encoding="relative_bias_2d")
     check_trial([f"--model.init_from={src}", "--data.img_size=56"])  # adopts width 32, heads 2, the source's encoding
@@ -144,7 +144,7 @@ def test_the_sweep_checks_a_transfer_trial_with_the_sources_architecture(tmp_pat
 
 
 def test_missing_sources_follow_fits_rule(tmp_path):
-    from vit_lightning.sweep import trials
+    from vit_lightning.commands.sweep import trials
 
     done = _finished_source(tmp_path / "runs/a/p/done")
     no_ckpt = tmp_path / "runs/a/p/no_ckpt"
@@ -156,7 +156,7 @@ def test_missing_sources_follow_fits_rule(tmp_path):
 
 
 def test_a_sweep_trial_is_named_by_its_source_not_by_how_the_path_is_spelled(tmp_path, monkeypatch):
-    from vit_lightning.sweep import trials
+    from vit_lightning.commands.sweep import trials
 
     monkeypatch.chdir(tmp_path)
     spellings = ["runs/pos/demo/src-1", str(tmp_path / "runs/pos/demo/src-1"), "runs/pos/../pos/demo/src-1"]

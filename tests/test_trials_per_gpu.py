@@ -10,9 +10,9 @@ import pytest
 import yaml
 from conftest import STAND_IN_FIT
 
-from vit_lightning.bookkeeping import WORKERS_ENV
-from vit_lightning.sweep import cli, wandb_backend
-from vit_lightning.sweep.supervise import loader_share, slot_envs, split_gpus
+from vit_lightning.commands.sweep import cli, wandb_backend
+from vit_lightning.commands.sweep.supervise import loader_share, slot_envs, split_gpus
+from vit_lightning.core.names import WORKERS_ENV
 
 
 def run_cli(argv, capsys):

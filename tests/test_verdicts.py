@@ -10,8 +10,8 @@ import pytest
 from test_results import ENC, INJ, make, md_cells, table, write_run
 
 from vit_lightning import ablation as ablations
-from vit_lightning.results.stats import Comparison, tost_p
-from vit_lightning.results.verdicts import margin_note, passing_std, versus
+from vit_lightning.commands.results.verdicts import margin_note, passing_std, versus
+from vit_lightning.records.stats import Comparison, tost_p
 
 
 def spread(mean: float, std: float, n: int) -> list[float]:

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from vit_lightning import train
 from vit_lightning.ablation import METRIC, Ablation, profile
+from vit_lightning.commands.fit import main as train
+from vit_lightning.commands.results.tables import figure_runs
+from vit_lightning.commands.viz import analysis, write_ablation_figures
+from vit_lightning.commands.viz.ablation import pick_runs
+from vit_lightning.commands.viz.cli import main as viz
+from vit_lightning.commands.viz.figures import similarity_mosaic
+from vit_lightning.commands.viz.run import Run, compute, draw, load_run
 from vit_lightning.model import ViT
-from vit_lightning.results.store import collect
-from vit_lightning.results.tables import figure_runs
-from vit_lightning.viz import analysis, write_ablation_figures
-from vit_lightning.viz.ablation import pick_runs
-from vit_lightning.viz.cli import main as viz
-from vit_lightning.viz.figures import similarity_mosaic
-from vit_lightning.viz.run import Run, compute, draw, load_run
+from vit_lightning.records.store import collect
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TINY = {"model.width": 32, "model.depth": 2, "model.heads": 2, "model.mlp_dim": 64, "data.batch_size": 16,

@@ -25,11 +25,11 @@ pytest.importorskip("wandb")
 import wandb_agent  # noqa: E402  (tests/wandb_agent.py)
 
 from vit_lightning.ablation import load  # noqa: E402
-from vit_lightning.identity import flatten, normalize, same, world_size  # noqa: E402
+from vit_lightning.commands.results import cli as table_cli  # noqa: E402
+from vit_lightning.commands.sweep import cli, jobscript, trials, wandb_backend, yamls  # noqa: E402
+from vit_lightning.commands.sweep.expand import expand  # noqa: E402
+from vit_lightning.core.identity import flatten, normalize, same, world_size  # noqa: E402
 from vit_lightning.model.family import trial_name as run_name  # noqa: E402
-from vit_lightning.results import cli as table_cli  # noqa: E402
-from vit_lightning.sweep import cli, jobscript, trials, wandb_backend, yamls  # noqa: E402
-from vit_lightning.sweep.expand import expand  # noqa: E402
 
 ABLATION = '''"""A two-process CPU DDP trial, tiny, for the agent tests."""
 from vit_lightning.ablation import METRIC, Ablation, profile
@@ -382,7 +382,7 @@ SRUN_TASK = {"SLURM_JOB_ID": "5151", "SLURM_JOB_NAME": "vit-trial", "SLURM_NTASK
 def test_a_printed_trial_config_runs_under_srun_and_requeues_into_its_own_run_dir(tmp_path, monkeypatch, capsys):
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
-    from vit_lightning import train
+    from vit_lightning.commands.fit import main as train
     from vit_lightning.run import rundir
 
     monkeypatch.chdir(tmp_path)

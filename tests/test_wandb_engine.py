@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from vit_lightning.commands.sweep import expand
 from vit_lightning.run import hyperband
-from vit_lightning.sweep import expand
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # its numpy pin: the functions used here run on numpy 2 as well

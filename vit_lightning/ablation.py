@@ -13,8 +13,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from vit_lightning.bookkeeping import BEST_METRIC, SEED_KEY, SHUFFLE_DROP
-from vit_lightning.defaults import DEMO
+from vit_lightning.core.defaults import DEMO
+from vit_lightning.core.names import BEST_METRIC, SEED_KEY, SHUFFLE_DROP
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
 from vit_lightning.model.naming import FIRST, NAMING, NAMING_KEY, check_version
 from vit_lightning.model.position import where_acts

@@ -9,19 +9,20 @@ from vit_lightning.model.family import FAMILIES
 
 # subcommand -> ("module:function", one-line help); the function takes argv and returns an exit code
 COMMANDS = {
-    "fit": ("vit_lightning.train:main", "train one run (LightningCLI: --model.*, --data.*, --trainer.*)"),
-    "sweep": ("vit_lightning.sweep.cli:main", "run an ablation's sweep locally or on W&B agents"),
-    "sweeps": ("vit_lightning.sweep.cli:write_main", "regenerate sweeps/*.yaml from ablations/"),
-    "table": ("vit_lightning.results.cli:main", "regenerate an ablation's tables and plots from run records"),
-    "viz": ("vit_lightning.viz.cli:main", "the paper's analysis figures (attention, position embeddings) of a run"),
+    "fit": ("vit_lightning.commands.fit.main:main", "train one run (LightningCLI: --model.*, --data.*, --trainer.*)"),
+    "sweep": ("vit_lightning.commands.sweep.cli:main", "run an ablation's sweep locally or on W&B agents"),
+    "sweeps": ("vit_lightning.commands.sweep.cli:write_main", "regenerate sweeps/*.yaml from ablations/"),
+    "table": ("vit_lightning.commands.results.cli:main", "regenerate an ablation's tables and plots from run records"),
+    "viz": ("vit_lightning.commands.viz.cli:main", "the paper's analysis figures (attention, position embeddings) of a run"),
     "fewshot": ("vit_lightning.analysis.fewshot:main", "few-shot linear accuracy of a finished run, into its record"),
     "eval": ("vit_lightning.analysis.evaluate:main", "top-1, top-5, loss and few-shot of a run or timm model on any data"),
-    "reproduce": ("vit_lightning.results.reproduce:main", "a published table measured again (rope_vit: RoPE-ViT's "
+    "reproduce": ("vit_lightning.commands.results.reproduce:main", "a published table measured again (rope_vit: RoPE-ViT's "
                   "resolution table on your ImageNet validation folder)"),
-    "bench": ("vit_lightning.bench.cli:main", "training step vs timm and the matmul peak; loader throughput"),
-    "gpu-check": ("vit_lightning.bench.gpu_check:main", "one short run that proves a GPU machine (--dry-run: CPU)"),
-    "names": ("vit_lightning.sweep.names:main", "check run names against their naming rule (--migrate: add its version)"),
-    "docs": ("vit_lightning.docs:main", "regenerate docs/reference/ from the registries (--check: exit 1 if stale)"),
+    "bench": ("vit_lightning.commands.bench.cli:main", "training step vs timm and the matmul peak; loader throughput"),
+    "gpu-check": ("vit_lightning.commands.bench.gpu_check:main", "one short run that proves a GPU machine (--dry-run: CPU)"),
+    "names": ("vit_lightning.commands.sweep.names:main", "check run names against their naming rule (--migrate: add its version)"),
+    "docs": ("vit_lightning.commands.docs.pages:main",
+             "regenerate docs/reference/ from the registries (--check: exit 1 if stale)"),
 }
 
 

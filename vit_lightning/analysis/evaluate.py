@@ -44,9 +44,11 @@ from vit_lightning.analysis import fewshot
 from vit_lightning.analysis.attention import readouts
 from vit_lightning.analysis.shuffle import PERMUTATIONS, block_error, shuffled_accuracy, validation_batches
 from vit_lightning.analysis.trained import TrainedError, build_data, load_trained
-from vit_lightning.bookkeeping import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC, now, number_in, write_atomic
-from vit_lightning.evalkey import EvalKey
-from vit_lightning.identity import plain
+from vit_lightning.core.checks import number_in
+from vit_lightning.core.evalkey import EvalKey
+from vit_lightning.core.files import now, write_atomic
+from vit_lightning.core.identity import plain
+from vit_lightning.core.names import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC
 from vit_lightning.model.build import build_backbone
 from vit_lightning.model.family import ATTENTION_MAPS, DEFAULT_ARCH, FAMILIES, RESIZE, TOKEN_GRID, family_of
 from vit_lightning.model.position import set_frequency_rule

@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Subset
 from typing_extensions import override
 
 from vit_lightning.analysis.trained import load_trained
-from vit_lightning.bookkeeping import RECORD
+from vit_lightning.core.names import RECORD
 from vit_lightning.run import rundir
 from vit_lightning.run.record import RunRecord
 from vit_lightning.run.rundir import Busy, checkpoint_path, update_record

@@ -26,7 +26,7 @@ from lightning.fabric.utilities.rank_zero import rank_zero_warn
 from typing_extensions import override
 
 from vit_lightning.analysis.fewshot import frozen, preserved_rng
-from vit_lightning.bookkeeping import SHUFFLE_DROP, SHUFFLED_ACC
+from vit_lightning.core.names import SHUFFLE_DROP, SHUFFLED_ACC
 from vit_lightning.model.family import TOKEN_GRID, family_of
 from vit_lightning.run.record import RunRecord
 

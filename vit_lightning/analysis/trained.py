@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from vit_lightning.bookkeeping import one_line
+from vit_lightning.core.checks import one_line
 from vit_lightning.run.rundir import RunDirError, checkpoint_path, checkpoint_record, data_options, read_checkpoint
 
 

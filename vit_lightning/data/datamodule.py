@@ -14,8 +14,9 @@ from torchvision import datasets
 from torchvision.transforms import v2
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import WORKERS_ENV, range_error
 from vit_lightning.compat.lightning import epoch_batches_done
+from vit_lightning.core.checks import range_error
+from vit_lightning.core.names import WORKERS_ENV
 from vit_lightning.data.augment import BatchRandAugment, random_crop_flip
 from vit_lightning.data.decode import DECODE_ON, DecodeCollate, byte_view, decode_place
 from vit_lightning.data.glyphs import VERSIONS, Glyphs, TranslatedMnist

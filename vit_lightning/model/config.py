@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from vit_lightning.bookkeeping import check_choice, number_in, span
+from vit_lightning.core.checks import check_choice, number_in, span
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, unread_error
 from vit_lightning.model.pooling import HEADS
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from vit_lightning.identity import digest, named_values, normalize
+from vit_lightning.core.identity import digest, named_values, normalize
 from vit_lightning.model.layers import keeping_attention
 from vit_lightning.model.naming import (
     EARLIER,

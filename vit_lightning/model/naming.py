@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from vit_lightning.bookkeeping import SEED_KEY
-from vit_lightning.identity import compose
+from vit_lightning.core.identity import compose
+from vit_lightning.core.names import SEED_KEY
 
 EARLIER, FIRST, NAMING = 0, 1, 2  # the ad hoc rule before defaults; the rule of every committed run; the newest
 VERSIONS = {

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vit_lightning.bookkeeping import check_choice
+from vit_lightning.core.checks import check_choice
 from vit_lightning.model import rope
 
 

@@ -329,7 +329,7 @@ SWIN = register(Family(
     architecture=("window_size", "shift"),
     # a 14x14 map of 28x28 demo digits, two windows of 7 a side, then 7x7 after its one patch merging
     demo_patch=2,
-    check=check_swin, viz="vit_lightning.viz.swin", timm_loader=load_timm_swin,
+    check=check_swin, viz="vit_lightning.commands.viz.swin", timm_loader=load_timm_swin,
     timm_reference=partial(timm_swin_reference, variants=SWIN_VARIANTS),
     name_neutral={"window_size": 7, "shift": True},  # left out of trial names: ViT runs were named before them
     name_parts=(NamePart("model.shift", None, {False: "noshift"}),),  # the Swin paper's "w/o shifting"

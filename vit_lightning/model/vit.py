@@ -7,7 +7,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from vit_lightning.bookkeeping import check_choice, number_in, span
+from vit_lightning.core.checks import check_choice, number_in, span
 from vit_lightning.model import bias2d  # noqa: F401  (adds its encodings to ENCODINGS before the family registers)
 from vit_lightning.model.config import ModelConfig
 from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, Option, register
@@ -239,7 +239,8 @@ VIT = register(Family(
     architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
                   "pos_embed_class", *ENCODING_OPTIONS),
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits
-    check=check_vit, viz="vit_lightning.viz.run", timm_loader=load_timm_vit, timm_options=partial(timm_vit_options, variants=VARIANTS),
+    check=check_vit, viz="vit_lightning.commands.viz.run", timm_loader=load_timm_vit,
+    timm_options=partial(timm_vit_options, variants=VARIANTS),
     offers=frozenset(CAPABILITIES),  # attention maps, a token grid, pre-logits, resizing to a new grid
     name_parts=VIT_NAME_PARTS,
 ))

@@ -30,8 +30,9 @@ from pathlib import Path
 import lightning.pytorch as pl
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import BEST_METRIC, number_in, span
-from vit_lightning.identity import normalize
+from vit_lightning.core.checks import number_in, span
+from vit_lightning.core.identity import normalize
+from vit_lightning.core.names import BEST_METRIC
 from vit_lightning.run.record import HISTORY_KEYS
 from vit_lightning.run.rundir import load_record
 

@@ -25,9 +25,10 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import BEST_METRIC, FINAL, SUMMARY_FIELDS, one_line
 from vit_lightning.compat.wandb import credentials as wandb_credentials
 from vit_lightning.compat.wandb import env_mode
+from vit_lightning.core.checks import one_line
+from vit_lightning.core.names import BEST_METRIC, FINAL, SUMMARY_FIELDS
 from vit_lightning.run.record import RunRecord
 from vit_lightning.run.rundir import load_record
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from vit_lightning.bookkeeping import WORKERS_ENV
+from vit_lightning.core.names import WORKERS_ENV
 from vit_lightning.data.datamodule import SOURCES
 
 GPU_NAMES = ("gpu", "cuda")  # what Lightning trains on CUDA with ("gpu" also means Apple's MPS)

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import range_error
 from vit_lightning.compat.torch import batch_dynamic
+from vit_lightning.core.checks import range_error
 from vit_lightning.model import ViT, build_backbone
 from vit_lightning.model.config import check_choice
 from vit_lightning.run.transfer import RESAMPLE, Start, read_source

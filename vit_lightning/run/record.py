@@ -14,9 +14,11 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import BEST_METRIC, now, one_line
 from vit_lightning.compat.torch import compile_seconds
-from vit_lightning.identity import number, plain
+from vit_lightning.core.checks import one_line
+from vit_lightning.core.files import now
+from vit_lightning.core.identity import number, plain
+from vit_lightning.core.names import BEST_METRIC
 from vit_lightning.model.naming import FIRST, NAMING_KEY
 from vit_lightning.run.callbacks import DivergenceStop, EpochClock, stop_signal
 from vit_lightning.run.rundir import load_record, write_record

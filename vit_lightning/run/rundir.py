@@ -33,8 +33,10 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from typing_extensions import override
 
-from vit_lightning.bookkeeping import FINAL, LAST_CKPT, RECORD, now, one_line, write_atomic
-from vit_lightning.identity import plain
+from vit_lightning.core.checks import one_line
+from vit_lightning.core.files import now, write_atomic
+from vit_lightning.core.identity import plain
+from vit_lightning.core.names import FINAL, LAST_CKPT, RECORD
 from vit_lightning.model.position import trained_options
 
 LOCK = ".lock"

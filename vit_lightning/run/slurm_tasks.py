@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
-from vit_lightning.identity import normalize, world_size
+from vit_lightning.core.identity import normalize, world_size
 
 
 def task_error(config: dict, env: Mapping[str, str] = os.environ) -> str | None:

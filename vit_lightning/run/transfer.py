@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from vit_lightning.bookkeeping import LAST_CKPT, one_line
+from vit_lightning.core.checks import one_line
+from vit_lightning.core.names import LAST_CKPT
 from vit_lightning.model.build import build_backbone, timm_twin
 from vit_lightning.model.config import ModelConfig, option_names
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, RESIZE, architecture_keys
