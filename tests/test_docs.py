@@ -264,7 +264,7 @@ def help_choices(help_text: str, option: str) -> set[str]:
 
 
 def test_fit_help_lists_the_choices_the_registries_accept():
-    from vit_lightning.commands.fit.main import fit_parser
+    from vit_lightning.commands.fit.cli import fit_parser
     from vit_lightning.data.datamodule import DATASETS
     from vit_lightning.model import POOLINGS
 

@@ -93,7 +93,7 @@ def test_a_convolutional_family_meets_the_contract_from_its_entry_alone(conv):
 def test_a_family_declares_and_checks_its_own_options(conv):
     """Its options reach its config by their public names, its check refuses a bad value in one line, and
     fit's parser offers them with their help; other families refuse them away from their default."""
-    from vit_lightning.commands.fit.main import fit_parser
+    from vit_lightning.commands.fit.cli import fit_parser
 
     assert build_backbone(arch="conv", kernel_size=5, img_size=28, in_chans=1, num_classes=3).blocks[0].depthwise \
         .kernel_size == (5, 5)

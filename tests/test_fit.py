@@ -6,6 +6,7 @@ import pytest
 import yaml
 from tiny import TINY_MODEL
 
+from vit_lightning.commands.fit import cli as fitcli
 from vit_lightning.commands.fit import main as train
 
 pytestmark = pytest.mark.slow  # every test here trains or starts processes that do
@@ -94,13 +95,13 @@ def test_every_backbone_option_is_a_model_option_with_its_default():
     fields.update({name: option.default for name, option in family_options().items()})  # each family's own
     for name, default in fields.items():
         key = f"model.{name}"
-        if name in train.LINKED:  # set from the data, not an option
+        if name in fitcli.LINKED:  # set from the data, not an option
             assert key not in defaults
         else:
             assert defaults[key] == DEMO.get(key, default), key  # the demo's value where it sets one
     own = [p for p in inspect.signature(Classifier).parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
     model_keys = {k[len("model."):] for k in defaults.keys() if k.startswith("model.")}
-    assert model_keys == (set(fields) - set(train.LINKED)) | {p.name for p in own}  # nothing else under model.*
+    assert model_keys == (set(fields) - set(fitcli.LINKED)) | {p.name for p in own}  # nothing else under model.*
     assert all(defaults[f"model.{p.name}"] == DEMO.get(f"model.{p.name}", p.default) for p in own)
 
 

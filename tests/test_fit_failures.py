@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from vit_lightning.commands.fit import cli as fitcli
 from vit_lightning.commands.fit import main as train
 from vit_lightning.commands.sweep import cli as sweep_cli
 from vit_lightning.run import rundir
@@ -17,7 +18,8 @@ pytestmark = pytest.mark.slow  # every test here trains or starts processes that
 # Sends this process (rank SIGNAL_RANK) a signal when epoch 1 starts (like a pre-empting scheduler, or Ctrl-C).
 SIGNAL_AT_EPOCH_1 = r"""
 import os, sys
-from vit_lightning import train
+from vit_lightning.commands.fit import cli as fitcli
+from vit_lightning.commands.fit import main as train
 from vit_lightning.run.module import Classifier
 
 def on_train_epoch_start(self):
@@ -74,7 +76,7 @@ def test_sigterm_to_one_ddp_rank_stops_both_at_the_same_step(tmp_path, tiny_fit,
 # --- one writer per run dir ------------------------------------------------------------------------------
 def test_fit_leaves_a_run_dir_that_another_process_trains_alone(tmp_path, capsys, tiny_fit):
     argv = [*tiny_fit(2, 1, "--run.fewshot_shots=[]"), "--trainer.max_epochs=1", f"--run.root={tmp_path / 'runs'}", "--run.retrain=true"]
-    directory = train.FitCLI(argv).run_dir
+    directory = fitcli.FitCLI(argv).run_dir
     directory.mkdir(parents=True)
     for name in ("last.ckpt", "metrics.csv"):  # another process's files: a fresh start would delete them
         (directory / name).write_text("theirs")
@@ -185,5 +187,5 @@ def test_sweep_refuses_in_one_line(setting, tmp_path, capsys):
 @pytest.mark.ddp
 def test_ddp_collective_timeout_is_set_from_the_run_option(tiny_fit):
     base = [*tiny_fit(2, 1, "--run.fewshot_shots=[]"), "--trainer.devices=2", "--trainer.strategy=ddp"]
-    assert train.FitCLI(base).trainer.strategy._timeout == timedelta(seconds=train.DDP_TIMEOUT_S)
-    assert train.FitCLI([*base, "--run.ddp_timeout_s=7.5"]).trainer.strategy._timeout == timedelta(seconds=7.5)
+    assert fitcli.FitCLI(base).trainer.strategy._timeout == timedelta(seconds=fitcli.DDP_TIMEOUT_S)
+    assert fitcli.FitCLI([*base, "--run.ddp_timeout_s=7.5"]).trainer.strategy._timeout == timedelta(seconds=7.5)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from tiny import TINY_MODEL
 
+from vit_lightning.commands.fit import cli as fitcli
 from vit_lightning.commands.fit import main as train
 from vit_lightning.run import loggers
 from vit_lightning.run.module import Classifier
@@ -163,7 +164,8 @@ def test_ddp_two_cpu_processes_write_one_record(tmp_path, monkeypatch, only_reco
 # Rank 1 alone sees a NaN loss at its third step (its gradients stay finite, so rank 0's losses stay finite too).
 NAN_ON_RANK_1 = r"""
 import sys
-from vit_lightning import train
+from vit_lightning.commands.fit import cli as fitcli
+from vit_lightning.commands.fit import main as train
 from vit_lightning.run.module import Classifier
 
 step = Classifier.training_step
@@ -222,9 +224,9 @@ def test_progress_rich_in_a_terminal_plain_lines_in_logs(tty, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     if tty:
         monkeypatch.setattr(sys, "stdout", _Terminal())
-    cli = train.FitCLI([*TINY, "--trainer.max_epochs=1"])
+    cli = fitcli.FitCLI([*TINY, "--trainer.max_epochs=1"])
     kinds = {type(c) for c in cli.trainer.callbacks}
-    assert (RichProgressBar in kinds) == tty and (train.EpochPrinter in kinds) == (not tty)
+    assert (RichProgressBar in kinds) == tty and (fitcli.EpochPrinter in kinds) == (not tty)
     bar = cli.trainer.progress_bar_callback  # None: Lightning's TQDM bar is off
     assert isinstance(bar, RichProgressBar) if tty else bar is None
     assert list(tmp_path.iterdir()) == []  # building the CLI writes nothing

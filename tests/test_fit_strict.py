@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from tiny import TINY_MODEL
 
+from vit_lightning.commands.fit import cli as fitcli
 from vit_lightning.commands.fit import main as train
 from vit_lightning.commands.sweep import cli
 from vit_lightning.core.checks import suggest
@@ -24,7 +25,7 @@ def one_error(argv, tmp_path, capsys) -> str:
 def test_an_abbreviated_or_misspelt_option_is_refused_with_the_nearest_names(given, meant, tmp_path, capsys):
     line = one_error([f"--{given}=3"], tmp_path, capsys)
     assert line.startswith(f"vit-ablate fit: error: unknown option --{given} (")
-    names = train.fit_options()
+    names = fitcli.fit_options()
     assert meant in names and given not in names
     assert line.endswith(f"({suggest(given, names)})")  # the sweep's own suggestion
     if "did you mean" in line:

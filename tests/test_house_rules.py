@@ -73,11 +73,8 @@ def options_named_in(source: str, names) -> list[tuple[int, str]]:
                    for pattern in patterns for m in pattern.finditer(node.value)})
 
 
-# Run naming still names these options outside model/ until a family declares its name parts as data (issue 45,
-# item 3 moves them into model/); exactly these, no others
-NAMING = {("vit_lightning/core/identity.py", name) for name in ("stem", "hybrid_layers", "pos_injection")} | {
-    ("vit_lightning/commands/fit/main.py", name) for name in ("reg_tokens", "pos_embed_class", "rope_theta", "rope_coords",
-                                                  "relative_scale", "peg_padding")}  # ADDED_SINCE_EARLIER
+# Run naming names its options in model/ (model/naming.py): no option name outside it is allowed
+NAMING: set[tuple[str, str]] = set()
 
 
 def test_the_option_scan_finds_an_option_as_a_key_an_assignment_or_a_whole_string():

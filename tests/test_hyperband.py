@@ -140,7 +140,7 @@ def test_a_trials_command_carries_its_sweeps_rule_as_a_run_option_for_both_backe
     """The rule, its metric and the sweep's fixed settings in the trial's argv: what the W&B agent runs too."""
     from tests.wandb_agent import agent_command
     from vit_lightning.ablation import load
-    from vit_lightning.commands.fit.main import fit_parser
+    from vit_lightning.commands.fit.cli import fit_parser
     from vit_lightning.commands.sweep import trials, yamls
 
     (_, config), *_ = yamls.sweep_configs(load("cls_vs_gap"), "demo_bayes")

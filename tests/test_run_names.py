@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from vit_lightning import ablation
-from vit_lightning.commands.fit.main import FitCLI
+from vit_lightning.commands.fit.cli import FitCLI
 from vit_lightning.commands.sweep import names
 from vit_lightning.model import FAMILIES
 from vit_lightning.model.family import Option, added_after_earlier, trial_name

@@ -382,7 +382,7 @@ SRUN_TASK = {"SLURM_JOB_ID": "5151", "SLURM_JOB_NAME": "vit-trial", "SLURM_NTASK
 def test_a_printed_trial_config_runs_under_srun_and_requeues_into_its_own_run_dir(tmp_path, monkeypatch, capsys):
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
-    from vit_lightning.commands.fit import main as train
+    from vit_lightning.commands.fit import cli as fitcli
     from vit_lightning.run import rundir
 
     monkeypatch.chdir(tmp_path)
@@ -390,7 +390,7 @@ def test_a_printed_trial_config_runs_under_srun_and_requeues_into_its_own_run_di
     (tmp_path / "trial.yaml").write_text(capsys.readouterr().out)
     for key, value in SRUN_TASK.items():
         monkeypatch.setenv(key, value)
-    fit = train.FitCLI(["--config", "trial.yaml", "--trainer.num_nodes=2", "--trainer.devices=8",
+    fit = fitcli.FitCLI(["--config", "trial.yaml", "--trainer.num_nodes=2", "--trainer.devices=8",
                         "--trainer.strategy=ddp"])
     assert isinstance(fit.trainer.strategy.cluster_environment, SLURMEnvironment)
     assert fit.trainer.world_size == 16 and "-w16-" in fit.run_dir.name

@@ -73,13 +73,13 @@ def instrument() -> None:
     from lightning.pytorch.plugins.precision.precision import Precision
     from torchmetrics.classification.stat_scores import MulticlassStatScores
 
-    from vit_lightning.commands.fit import main as train
+    from vit_lightning.commands.fit import cli as fitcli
     from vit_lightning.compat.lightning import loop_classes
     from vit_lightning.data import datamodule as data
     from vit_lightning.model import vit
     from vit_lightning.run import module, record
 
-    timed(train.FitCLI, "__init__", "start-up: parse options, build data module, model, trainer")
+    timed(fitcli.FitCLI, "__init__", "start-up: parse options, build data module, model, trainer")
     timed(module.Classifier, "__init__", "start-up: build the model")
     timed(data.ImageDataModule, "setup", "start-up: load the data")
     timed(record, "gflops_per_image", "start-up: count GFLOPs")
@@ -90,7 +90,7 @@ def instrument() -> None:
     timed(evaluation_loop, "run", "validation loops (incl. sanity)")
     timed(pl.Trainer, "save_checkpoint", "checkpointing")
     timed(record, "write_record", "record writes")
-    timed(train.EpochPrinter, "on_train_epoch_end", "progress printing")
+    timed(fitcli.EpochPrinter, "on_train_epoch_end", "progress printing")
     timed(pl.LightningModule, "log", lambda module, *_: "self.log" + MODE[module.training])
     # update before the instances wrap it; an update inside forward counts once
     timed(torchmetrics.Metric, "forward", lambda metric, *_: "torchmetrics" + MODE[metric.training], "metrics")

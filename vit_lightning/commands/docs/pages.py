@@ -43,7 +43,7 @@ SECTIONS = (  # (title, what it holds, predicate on the option's name)
     ("Training and start: `model.*`", "the optimizer, the schedule and where the weights start "
      "(vit_lightning/run/module.py)", lambda k: k.startswith("model.")),
     ("Data: `data.*`", "the dataset and its loaders (vit_lightning/data/datamodule.py)", lambda k: k.startswith("data.")),
-    ("Run: `run.*`", "where the record goes and what fit measures besides training (vit_lightning/commands/fit/main.py)",
+    ("Run: `run.*`", "where the record goes and what fit measures besides training (vit_lightning/commands/fit/cli.py)",
      lambda k: k.startswith("run.")),
     ("Trainer: `trainer.*`", "Lightning's Trainer arguments, each with the demo's default where it sets one; the "
      "description is the first sentence of Lightning's", lambda k: k.startswith("trainer.")),
@@ -128,7 +128,7 @@ def _description(key: str, text: str | None) -> str:
 
 def option_rows() -> list[dict]:
     """Every option of `vit-ablate fit`: name, type, default, choices, who reads it, description."""
-    from vit_lightning.commands.fit.main import fit_parser
+    from vit_lightning.commands.fit.cli import fit_parser
 
     known = option_choices()
     rows = []

@@ -150,7 +150,7 @@ def check_space(space: dict[str, list]) -> None:
 @functools.lru_cache(maxsize=1)
 def fit_parser():
     """The real `vit-ablate fit` parser (train.fit_parser), built once per sweep command."""
-    from vit_lightning.commands.fit.main import fit_parser as build
+    from vit_lightning.commands.fit.cli import fit_parser as build
 
     return build()
 
@@ -163,7 +163,7 @@ def known_keys() -> set[str]:
 def check_trial(args: list[str]) -> None:
     """One trial's `${args}` as fit would take them: types, choices, a budget that trains, data options the data
     module takes, a model that builds (no data read, no memory used)."""
-    from vit_lightning.commands.fit.main import settings_error
+    from vit_lightning.commands.fit.settings import settings_error
     from vit_lightning.data.datamodule import check_options
 
     namespace = parse_trial(args)
