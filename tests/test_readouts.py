@@ -62,11 +62,11 @@ def test_eval_reads_out_attention_at_28_tokens_per_side_with_a_frequency_rule(tm
         assert cli.main(["eval", str(run), "--data.img_size=168", "--shots", "--shuffle-perms", "0",
                          "--attention-images", "4", "--into-record", *extra]) == 0
     record = json.loads((run / "results.json").read_text())
-    assert set(record["eval"]) == {"glyphs@168px/canvas", "glyphs@168px/canvas/rope-yarn"}
-    entry = record["eval"]["glyphs@168px/canvas/rope-yarn"]
+    assert set(record["eval"]) == {"glyphs:relative:x1@168px/canvas", "glyphs:relative:x1@168px/canvas/rope-yarn"}
+    entry = record["eval"]["glyphs:relative:x1@168px/canvas/rope-yarn"]
     assert entry["attn/images"] == 4 and 0 < entry["attn/entropy/block0"] <= math.log(785)
     assert 0 < entry["attn/distance/block0"] < 27 * math.sqrt(2)
-    written = json.loads((run / "eval-glyphs-168px-rope-yarn.json").read_text())
+    written = json.loads((run / "eval-glyphs-relative-x1-168px-canvas-rope-yarn.json").read_text())
     assert written["rope_scaling"] == "yarn" and written["attention"]["attn/entropy"] == entry["attn/entropy"]
     with pytest.raises(SystemExit):  # argparse refuses a rule it does not know, naming the choices
         cli.main(["eval", str(run), "--data.img_size=48", "--shots", "--rope-scaling", "ntk2"])

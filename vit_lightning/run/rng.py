@@ -1,5 +1,5 @@
 """Every random generator a training step draws from (Python's, NumPy's, torch's CPU and CUDA ones), as plain values
-a checkpoint holds (it loads with `torch.load(weights_only=True)`), and back."""
+a checkpoint holds (it still loads with weights_only=True), and back."""
 
 from __future__ import annotations
 
