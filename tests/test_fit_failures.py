@@ -18,7 +18,6 @@ pytestmark = pytest.mark.slow  # every test here trains or starts processes that
 # Sends this process (rank SIGNAL_RANK) a signal when epoch 1 starts (like a pre-empting scheduler, or Ctrl-C).
 SIGNAL_AT_EPOCH_1 = r"""
 import os, sys
-from vit_lightning.commands.fit import cli as fitcli
 from vit_lightning.commands.fit import main as train
 from vit_lightning.run.module import Classifier
 

@@ -164,7 +164,6 @@ def test_ddp_two_cpu_processes_write_one_record(tmp_path, monkeypatch, only_reco
 # Rank 1 alone sees a NaN loss at its third step (its gradients stay finite, so rank 0's losses stay finite too).
 NAN_ON_RANK_1 = r"""
 import sys
-from vit_lightning.commands.fit import cli as fitcli
 from vit_lightning.commands.fit import main as train
 from vit_lightning.run.module import Classifier
 

@@ -38,15 +38,18 @@ def make(name: str, rows: str, cols: str | None, grids, reference=None, seeds=(0
 
 
 def write_run(root: Path, ab: Ablation, cell: dict, seed: int, acc: float | None, status="completed",
-              error=None, hour=10, history=None, compute=None, name=None, profile="demo", **config) -> str:
-    """Write runs/<ablation>/<profile>/<name>/results.json as the fit command would."""
+              error=None, hour=10, history=None, compute=None, name=None, profile="demo", extra_metrics=None,
+              **config) -> str:
+    """Write runs/<ablation>/<profile>/<name>/results.json as the fit command would (`extra_metrics`: measured
+    besides the accuracy, e.g. the shuffle drop)."""
     name = name or "-".join(str(v) for v in cell.values()) + f"-s{seed}-{status}"
     record = {
         "schema": 1, "name": name, "ablation": ab.name, "profile": profile, "status": status,
         "config": {"data.name": "mnist5k", "trainer.max_epochs": 3, "run.ablation": ab.name, "run.profile": profile,
                    **{f"model.{k}": v for k, v in ENCODING_OPTIONS.items()},  # as a fit records them, at their defaults
                    "seed_everything": seed, **cell, **config},
-        "metrics": {} if acc is None else {"val/acc": acc - 0.01, "val/acc_best": acc, "val/loss": 0.3},
+        "metrics": ({} if acc is None else {"val/acc": acc - 0.01, "val/acc_best": acc, "val/loss": 0.3})
+        | (extra_metrics or {}),
         "history": history or [], "compute": compute or {}, "versions": {}, "wandb": None, "error": error,
         "started_at": f"2024-01-01T{hour:02d}:00:00", "finished_at": f"2024-01-01T{hour:02d}:30:00",
     }
@@ -683,11 +686,8 @@ def test_the_shuffle_drop_tells_an_ignored_encoding_from_one_that_does_not_help(
              "learned_2d": [0.10, 0.12, 0.11]}
     for enc, values in accs.items():
         for seed, acc in enumerate(values):
-            name = write_run(tmp_path / "runs", ab, {ENC: enc, INJ: "stem"}, seed, acc)
-            path = tmp_path / "runs" / ab.name / "demo" / name / "results.json"
-            record = json.loads(path.read_text())
-            record["metrics"]["val/shuffle_drop"] = drops[enc][seed]
-            path.write_text(json.dumps(record))
+            write_run(tmp_path / "runs", ab, {ENC: enc, INJ: "stem"}, seed, acc,
+                      extra_metrics={"val/shuffle_drop": drops[enc][seed]})
     out, md = table(ab, tmp_path)
     cells = md[md.index("## Each cell"):]  # one row per cell, after the rows x cols grid
     assert md_cells(cells, "pos_encoding")[2:4] == ["shuffle drop", "accuracy"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
 import pytest
@@ -51,11 +50,8 @@ def test_a_grid_table_opens_with_its_verdicts_beside_the_expected(tmp_path):
              "rope_axial": spread(0.0, 0.001, 5)}
     for enc, values in accs.items():
         for seed, acc in enumerate(values):
-            name = write_run(tmp_path / "runs", ab, {ENC: enc, INJ: "stem"}, seed, acc)
-            path = tmp_path / "runs" / ab.name / "demo" / name / "results.json"
-            record = json.loads(path.read_text())
-            record["metrics"]["val/shuffle_drop"] = drops[enc][seed]
-            path.write_text(json.dumps(record))
+            write_run(tmp_path / "runs", ab, {ENC: enc, INJ: "stem"}, seed, acc,
+                      extra_metrics={"val/shuffle_drop": drops[enc][seed]})
     _, md = table(ab, tmp_path)
     assert md.index("## Verdicts") < md.index("- **Source")  # the table opens with it
     grid = md[md.index("## Verdicts"):md.index("- **Source")]
