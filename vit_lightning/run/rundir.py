@@ -61,11 +61,7 @@ def acquire(directory: Path) -> int:
     fd = _inherited(path)
     if fd is None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise Busy(f"{directory} is {_held_for(path)}") from None
+    _flock(fd, fcntl.LOCK_EX, lambda: f"{directory} is {_held_for(path)}")
     try:  # who holds it, for the message others get
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
@@ -80,12 +76,17 @@ def acquire_shared(directory: Path) -> int:
     a fit holding it refuses them, as they refuse a fit. The lock's fd; Busy while a fit holds it."""
     path = Path(directory) / LOCK
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    _flock(fd, fcntl.LOCK_SH, lambda: f"{directory} is being trained by {holder(directory)}")
+    return fd
+
+
+def _flock(fd: int, how: int, busy) -> None:
+    """Take the lock on fd without waiting (`how`: LOCK_EX or LOCK_SH); closes fd and raises Busy(busy()) if held."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise Busy(f"{directory} is being trained by {holder(directory)}") from None
-    return fd
+        raise Busy(busy()) from None
 
 
 def _held_for(path: Path) -> str:
