@@ -60,12 +60,6 @@ def settling_table(data: Data) -> Table:
                  rows)
 
 
-def still_rising(data: Data) -> list[str]:
-    """The cells whose mean rise over their last two epochs exceeds RISE."""
-    table = settling_table(data)
-    return [row[0] for row in table.rows if row[-1] == "still rising"]
-
-
 def curves(data: Data) -> list[tuple[str, list[float], list[float], list[float]]]:
     """Per cell: (name, epochs, mean val/acc, seed std) over the epochs every seed of the cell reached."""
     keys, out = list(data.profile.axes), []
