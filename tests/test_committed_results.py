@@ -50,7 +50,8 @@ def test_table_in_another_metric_regenerates(ablation, folder, metric, tmp_path)
 
 # Second draws of a demo (other seeds), each tabulated beside the first, and searched profiles, each measured against
 # the demo grid: (ablation, subfolder, profile)
-REPLICATES = [("pos_encoding", "replicate", "replicate"), ("cls_vs_gap", "demo_bayes", "demo_bayes")]
+REPLICATES = [("pos_encoding", "replicate", "replicate"), ("cls_vs_gap", "demo_bayes", "demo_bayes"),
+              ("cls_vs_gap", "demo_bayes_seeds", "demo_bayes_seeds")]
 
 
 @pytest.mark.parametrize("ablation, folder, profile", REPLICATES)
