@@ -276,7 +276,7 @@ def test_fewshot_on_a_swin_run_during_fit_and_from_its_checkpoint(tmp_path, monk
 
 
 def test_window_distance_of_uniform_attention_is_the_mean_pairwise_distance():
-    from vit_lightning.commands.viz.swin import window_distance
+    from vit_lightning.commands.viz.windowed import window_distance
 
     m, stride = 3, 2.0
     probs = torch.full((5, 2, m * m, m * m), 1.0 / (m * m))  # 5 windows, 2 heads
