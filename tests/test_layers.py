@@ -123,7 +123,9 @@ def test_an_upward_import_or_a_cycle_breaks_the_rule(tmp_path):
     with open(copy / "run" / "rundir.py", "a") as f:  # a function-local import from fit's floor
         f.write("\n\ndef later():\n    from vit_lightning.commands.fit.main import main\n\n    return main\n")
     upward, cycle = problems(copy)  # train imports rundir, so the upward import closes a cycle too
-    assert upward == "vit_lightning.run.rundir (floor 3) imports vit_lightning.commands.fit.main (floor 5)"
+    low, high = floors.floor("vit_lightning.run.rundir"), floors.floor("vit_lightning.commands.fit.main")
+    assert low < high and upward == (f"vit_lightning.run.rundir (floor {low}) imports vit_lightning.commands.fit.main "
+                                     f"(floor {high})")
     assert cycle.startswith("import cycle: ")
     assert {"vit_lightning.run.rundir", "vit_lightning.commands.fit.main"} <= set(cycle[14:].split(" <-> "))
     shutil.copy(PACKAGE / "run" / "rundir.py", copy / "run" / "rundir.py")
@@ -134,7 +136,7 @@ def test_an_upward_import_or_a_cycle_breaks_the_rule(tmp_path):
 
 
 def test_the_root_keeps_the_entry_point_and_the_floors_name_folders():
-    """At most 4 modules at the package's root; each floor names folders (or a root module) and holds <= 17 modules."""
+    """At most 4 modules at the package's root; each floor names folders (or a root module) and holds <= 15 modules."""
     root_modules = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(root_modules) <= 4, root_modules
     edges = graph(PACKAGE)
@@ -144,4 +146,4 @@ def test_the_root_keeps_the_entry_point_and_the_floors_name_folders():
             root_module = path.parent == PACKAGE and path.with_suffix(".py").is_file()
             assert path.is_dir() or root_module or name.endswith("__init__"), f"{name}: a floor names folders"
         held = [m for m in edges if floors.floor(m) == level and not (PACKAGE.parent / m.replace(".", "/")).is_dir()]
-        assert len(held) <= 17, f"floor {level} {names} holds {len(held)} modules: split it"
+        assert len(held) <= 15, f"floor {level} {names} holds {len(held)} modules: split it"

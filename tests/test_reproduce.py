@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from vit_lightning.commands.results import reproduce
-from vit_lightning.commands.results.reproduce import PUBLISHED, TIMM_224, pass_line
+from vit_lightning.commands.reproduce import cli as reproduce
+from vit_lightning.commands.reproduce.cli import PUBLISHED, TIMM_224, pass_line
 
 
 def published_measurements() -> dict[str, dict[int, float]]:

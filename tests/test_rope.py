@@ -11,11 +11,10 @@ import timm
 import torch
 
 from vit_lightning import ViT
-from vit_lightning.model.build import timm_twin
+from vit_lightning.model.build import load_timm_weights, timm_twin
 from vit_lightning.model.config import ModelConfig
 from vit_lightning.model.layers import keeping_attention
 from vit_lightning.model.position import ENCODINGS, Rope, RopeMixed
-from vit_lightning.model.timm_weights import load_timm_weights
 from vit_lightning.run.transfer import Source, account, read_source, start_from
 
 ROPES = ["rope_axial", "rope_mixed", "learned_1d+rope_axial", "learned_1d+rope_mixed"]

@@ -148,17 +148,35 @@ def test_a_naming_rule_version_is_checked():
     assert renamed.fixed[NAMING_KEY] == NAMING and NAMING_KEY not in demo.profile("demo").fixed
 
 
-def copy_records(tmp_path, count: int = 3) -> list[Path]:
+def copy_records(tmp_path, count: int = 3, field: bool = True) -> list[Path]:
+    """`count` committed records in tmp_path/records; field=False: as the record writer wrote them before they
+    stored their naming rule (the field's line left out, every other byte as it is)."""
     folder = tmp_path / "records"
     folder.mkdir()
     sources = sorted((REPO / "results" / "hybrid" / "records").glob("*.json"))[:count]
     for path in sources:
-        shutil.copy(path, folder)
+        if field:
+            shutil.copy(path, folder)
+        else:
+            record = {k: v for k, v in json.loads(path.read_text()).items() if k != names.FIELD}
+            (folder / path.name).write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
     return sorted(folder.glob("*.json"))
 
 
+def test_every_committed_record_stores_the_rule_that_named_it():
+    """Each committed record carries its naming rule's version (`vit-ablate names --migrate` gave the older ones
+    theirs), and only the line of that field tells it from the record without it."""
+    paths = sorted((REPO / "results").rglob("records/*.json"))
+    assert len(paths) > 900
+    records = {path: json.loads(path.read_text()) for path in paths}
+    assert [str(p) for p, r in records.items() if r.get(names.FIELD) not in (FIRST, NAMING)] == []
+    path, record = paths[0], records[paths[0]]
+    without = {k: v for k, v in record.items() if k != names.FIELD}
+    assert names.migrated(json.dumps(without, indent=2) + "\n", without) == path.read_text()
+
+
 def test_names_checks_and_migrates_records_by_the_version_field_alone(tmp_path, capsys):
-    files = copy_records(tmp_path)
+    files = copy_records(tmp_path, field=False)
     before = {path: path.read_text() for path in files}
     assert names.main([str(tmp_path)]) == 0
     assert f"{len(files)} record(s), {len(files)} consistent" in capsys.readouterr().out
@@ -198,7 +216,7 @@ def test_rule_2_reaches_an_ad_hoc_fit(tmp_path):
 
 
 def test_names_leaves_what_no_profile_of_ours_made_unchecked_and_unmigrated(tmp_path, capsys):
-    [path] = copy_records(tmp_path, 1)
+    [path] = copy_records(tmp_path, 1, field=False)
     ad_hoc = {**json.loads(path.read_text()), "ablation": "adhoc"}
     path.write_text(json.dumps(ad_hoc, indent=2) + "\n")
     (tmp_path / "records" / "broken.json").write_text("{")

@@ -271,12 +271,18 @@ def test_fewshot_on_a_swin_run_during_fit_and_from_its_checkpoint(tmp_path, monk
     made = {p.name for p in (tmp_path / "viz").iterdir()}
     assert {"pos_bias.png", "pos_bias.csv", "attention_distance.png", "patch_pca.png", "rollout.txt",
             "pos_similarity.txt"} <= made and "rollout.png" not in made
+    notes = {name: (tmp_path / "viz" / f"{name}.txt").read_text().strip() for name in ("rollout", "pos_similarity")}
+    assert notes == {  # the family's notes (Family.figure_notes), as the figures wrote them before
+        "rollout": "arch=swin: attention stays inside each window and tokens merge between stages, so there is no "
+                   "token-to-token rollout through the network",
+        "pos_similarity": "no absolute position table (Swin's default is the relative bias alone), so there is no "
+                          "similarity to draw"}
     rows = (tmp_path / "viz" / "pos_bias.csv").read_text().splitlines()
     assert len(rows) - 1 == 2 * (2 * 13**2) + 2 * (4 * 13**2)  # stage 1: 2 heads, stage 2: 4 heads; offsets of m=7
 
 
 def test_window_distance_of_uniform_attention_is_the_mean_pairwise_distance():
-    from vit_lightning.commands.viz.swin import window_distance
+    from vit_lightning.commands.viz.windowed import window_distance
 
     m, stride = 3, 2.0
     probs = torch.full((5, 2, m * m, m * m), 1.0 / (m * m))  # 5 windows, 2 heads

@@ -189,6 +189,9 @@ def test_hybrid_relative_run_draws_in_stem_pixels_and_notes_the_missing_filters(
     assert {"pos_bias.png", "patch_pca.txt", "attention_distance.png", "rollout.png"} <= names
     assert "pos_similarity.png" not in names
     assert len((tmp_path / "pos_bias.csv").read_text().splitlines()) == 1 + 2 * 4 * 7 * 7  # layers x heads x offsets
+    assert (tmp_path / "patch_pca.txt").read_text().strip() == (  # the family's note, as the figures wrote it before
+        "stem=hybrid: the patch embedding is a 1x1 projection of ResNet features, so there are no pixel filters to draw")
+    assert numbers.title == "relative_bias_2d (stem), cls"
 
 
 def test_alibi_bias_by_offset_is_minus_slope_times_length_and_the_same_in_every_layer():

@@ -16,7 +16,7 @@ COMMANDS = {
     "viz": ("vit_lightning.commands.viz.cli:main", "the paper's analysis figures (attention, position embeddings) of a run"),
     "fewshot": ("vit_lightning.analysis.fewshot:main", "few-shot linear accuracy of a finished run, into its record"),
     "eval": ("vit_lightning.analysis.evaluate:main", "top-1, top-5, loss and few-shot of a run or timm model on any data"),
-    "reproduce": ("vit_lightning.commands.results.reproduce:main", "a published table measured again (rope_vit: RoPE-ViT's "
+    "reproduce": ("vit_lightning.commands.reproduce.cli:main", "a published table measured again (rope_vit: RoPE-ViT's "
                   "resolution table on your ImageNet validation folder)"),
     "bench": ("vit_lightning.commands.bench.cli:main", "training step vs timm and the matmul peak; loader throughput"),
     "gpu-check": ("vit_lightning.commands.bench.gpu_check:main", "one short run that proves a GPU machine (--dry-run: CPU)"),

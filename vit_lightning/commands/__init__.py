@@ -1,2 +1,3 @@
-"""The commands: fit (one run), then docs, sweep and viz above it, results above viz, bench above sweep;
-each a folder or module that imports the floors below it (vit_lightning/core/floors.py)."""
+"""The commands: fit (one run) and reproduce (published weights evaluated), then docs, sweep and viz above fit,
+results above viz, bench above sweep; each a folder or module that imports the floors below it
+(vit_lightning/core/floors.py)."""

@@ -8,11 +8,12 @@ docstring and sits on the ground floor. Modules that share a floor must not impo
 
 FLOORS = (
     ("core", "compat", "commands.__init__"),  # the shared vocabulary; third-party seams; the commands' docstring
+    ("model.from_timm",),  # timm's models into ours: each family's importer (its entry names it)
     ("model",),  # the backbone families and their parts
     ("data", "ablation", "__init__"),  # the data a run reads; an ablation's design; the package's exports
     ("run",),  # one run's machinery: its directory, start, module, callbacks, record and loggers
     ("analysis", "records"),  # a trained run read back (few-shot, shuffle, evaluate); the records read back
-    ("commands.fit",),  # `vit-ablate fit`
+    ("commands.fit", "commands.reproduce"),  # `vit-ablate fit`; `vit-ablate reproduce`: published weights evaluated
     ("commands.docs", "commands.viz"),  # the reference pages; a run's figures
     ("commands.sweep",),  # `vit-ablate sweep`: one fit per trial
     ("commands.results",),  # `vit-ablate table`: records -> tables and plots (figures from viz)

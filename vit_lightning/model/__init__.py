@@ -3,13 +3,12 @@ earlier name, an alias)."""
 
 from vit_lightning.model.vit import INJECTION_OPTION, STEM_OPTION, VARIANTS, ViT, pixel_patches  # noqa: I001  (the first family registers first)
 from vit_lightning.model.swin import Swin
-from vit_lightning.model.build import build_backbone, timm_twin
+from vit_lightning.model.build import build_backbone, load_timm_weights, timm_twin
 from vit_lightning.model.config import ModelConfig, ViTConfig
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, Backbone, Family, family_of
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import ENCODING_OPTIONS, ENCODINGS, INJECTIONS
 from vit_lightning.model.stems import STEMS
-from vit_lightning.model.timm_weights import load_timm_weights
 
 __all__ = [
     "DEFAULT_ARCH", "ENCODING_OPTIONS", "ENCODINGS", "FAMILIES", "HEADS", "INJECTION_OPTION", "INJECTIONS", "POOLINGS",

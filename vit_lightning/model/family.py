@@ -3,8 +3,9 @@
 An entry holds everything the rest of the package asks about a family: its class, its size presets, the
 position encodings it accepts, what an unset (None) option means for it, the shared options it reads (`reads`), its
 own options (declared by it, their choices checked by ModelConfig, the rest by the family's check), the capabilities
-it offers beyond the contract (`offers`), its demo patch, its checks, its figures module and its timm importer. Code
-outside `model/` looks a family up here and never names one. The flat `--model.*` options stay one namespace: an
+it offers beyond the contract (`offers`), its demo patch, its checks, its figures module with the words its figures
+say of a run (`describe`, `figure_notes`) and its timm importer. Code outside `model/` looks a family up here and
+never names one, nor one of its own options. The flat `--model.*` options stay one namespace: an
 option read by other families only, set away from its default, is refused by one rule (`unread_error`; a shared
 option the family does not read: config.unread_shared_error); a figure, metric or command needing a capability the
 family does not offer is refused in one line (`Family.lacks`). A family outside the tree registers through an entry
@@ -116,6 +117,8 @@ class Family:
     demo_patch: int  # fit's patch side when none is given
     check: Callable  # check(cfg): the family's own checks of a ModelConfig (fills variant sizes); raises ValueError
     viz: str | None = None  # module of its analysis figures (compute_numbers, draw); None: the shared figures only
+    summary: Callable | None = None  # summary(config): a run in its figures' titles; None: arch, encoding, pooling
+    figure_notes: dict = field(default_factory=dict)  # figure stem -> why its figures module leaves that figure out
     timm_loader: Callable | None = None  # load(model, timm_model): timm weights into ours
     timm_options: Callable | None = None  # options(timm_model): the ModelConfig options of our twin, or None
     timm_reference: Callable | None = None  # reference(variant, img_size, num_classes): timm's model of that size
@@ -126,6 +129,10 @@ class Family:
     options: dict = field(default_factory=dict)  # its own options, name -> Option (choices checked by ModelConfig)
     name_neutral: dict = field(default_factory=dict)  # own options left out of a trial's name at these values
     name_parts: tuple[NamePart, ...] = ()  # its own parts of a trial's name (Swin's "noshift"), model/naming.py
+
+    def describe(self, config) -> str:
+        """A run of this family in one line, as its figures title it: its own `summary`, else arch, encoding, pooling."""
+        return self.summary(config) if self.summary else f"arch={self.name}, {config.pos_encoding}, {config.pooling}"
 
     def lacks(self, capability: str, needed_for: str) -> str | None:
         """One line when this family does not offer `capability` (CAPABILITIES), which `needed_for` needs; else None."""

@@ -25,6 +25,7 @@ from vit_lightning.model.family import (
     Option,
     register,
 )
+from vit_lightning.model.from_timm.swin import load_timm_swin, timm_swin_reference
 from vit_lightning.model.layers import (
     INITS,
     Attention,
@@ -39,7 +40,6 @@ from vit_lightning.model.naming import EARLIER, NamePart
 from vit_lightning.model.pooling import HEADS, POOLINGS
 from vit_lightning.model.position import Learned1d, RelativeBias2d
 from vit_lightning.model.stems import PatchStem
-from vit_lightning.model.timm_swin import load_timm_swin, timm_swin_reference
 
 # Swin name: (width C of stage 1, blocks per stage, heads per stage); the Swin paper's section 3.3 plus a CPU
 # demo size (two stages: 14x14 then 7x7 tokens for 28x28 digits in patches of 2)
@@ -318,6 +318,11 @@ class Swin(BackboneParts, BlockAttention, nn.Module):
         return {n for n, _ in self.named_parameters() if n.startswith("pos.") or ".bias.relative." in n}
 
 
+def swin_summary(config: ModelConfig) -> str:
+    """A Swin run in its figures' titles: its size, encoding and whether its windows shift."""
+    return f"Swin-{config.variant}, {config.pos_encoding}, shift={config.shift}"
+
+
 SWIN = register(Family(
     name="swin", cls=Swin, variants=SWIN_VARIANTS, encodings=tuple(SWIN_ENCODINGS),
     defaults={"pooling": "gap", "pos_encoding": "relative_bias_2d", "patch_size": 4, "init": "timm"},
@@ -329,7 +334,13 @@ SWIN = register(Family(
     architecture=("window_size", "shift"),
     # a 14x14 map of 28x28 demo digits, two windows of 7 a side, then 7x7 after its one patch merging
     demo_patch=2,
-    check=check_swin, viz="vit_lightning.commands.viz.swin", timm_loader=load_timm_swin,
+    check=check_swin, viz="vit_lightning.commands.viz.windowed", summary=swin_summary,
+    figure_notes={
+        "rollout": "arch=swin: attention stays inside each window and tokens merge between stages, so there is no "
+                   "token-to-token rollout through the network",
+        "pos_similarity": "no absolute position table (Swin's default is the relative bias alone), so there is no "
+                          "similarity to draw"},
+    timm_loader=load_timm_swin,
     timm_reference=partial(timm_swin_reference, variants=SWIN_VARIANTS),
     name_neutral={"window_size": 7, "shift": True},  # left out of trial names: ViT runs were named before them
     name_parts=(NamePart("model.shift", None, {False: "noshift"}),),  # the Swin paper's "w/o shifting"

@@ -11,6 +11,7 @@ from vit_lightning.core.checks import check_choice, number_in, span
 from vit_lightning.model import bias2d  # noqa: F401  (adds its encodings to ENCODINGS before the family registers)
 from vit_lightning.model.config import ModelConfig
 from vit_lightning.model.family import CAPABILITIES, BackboneParts, BlockAttention, Family, Option, register
+from vit_lightning.model.from_timm.vit import load_timm_vit, timm_vit_options
 from vit_lightning.model.layers import INITS, Block, drop_path_rates
 from vit_lightning.model.naming import EARLIER, NAMING, NamePart
 from vit_lightning.model.pooling import HEADS, POOLINGS, Registers
@@ -24,7 +25,6 @@ from vit_lightning.model.position import (
 )
 from vit_lightning.model.rope import COORDS, check_head_dim
 from vit_lightning.model.stems import STEMS
-from vit_lightning.model.timm_weights import load_timm_vit, timm_vit_options
 
 # name: (layers, width, MLP size, heads), the paper's Table 1 plus Ti/S (DeiT) and a CPU demo size
 VARIANTS: dict[str, tuple[int, int, int, int]] = {
@@ -230,6 +230,14 @@ VIT_NAME_PARTS = (
     *(NamePart(f"model.{key}", form, {VIT_OPTIONS[key].default: None}, since=NAMING)
       for key, form in (("reg_tokens", "reg{}"), ("relative_scale", "scale-{}"), ("peg_padding", "pad-{}"))),
 )
+
+
+def vit_summary(config: ModelConfig) -> str:
+    """A ViT run in its figures' titles: the encoding and where it enters, the pooling, the registers if any."""
+    registers = f", {config.reg_tokens} registers" if config.reg_tokens else ""
+    return f"{config.pos_encoding} ({config.pos_injection}), {config.pooling}{registers}"
+
+
 VIT = register(Family(
     name="vit", cls=ViT, variants=VARIANTS, encodings=tuple(ENCODINGS),
     defaults={"pooling": "cls", "pos_encoding": "learned_1d", "patch_size": 16, "init": "paper"},
@@ -239,7 +247,11 @@ VIT = register(Family(
     architecture=("depth", "heads", "mlp_dim", "pos_injection", "stem", "hybrid_layers", "hybrid_width", "reg_tokens",
                   "pos_embed_class", *ENCODING_OPTIONS),
     demo_patch=7,  # 4x4 tokens of the 28x28 demo digits
-    check=check_vit, viz="vit_lightning.commands.viz.run", timm_loader=load_timm_vit,
+    check=check_vit, viz="vit_lightning.commands.viz.run", summary=vit_summary,
+    # the hybrid stem's 1x1 "patches" are ResNet features, not pixels
+    figure_notes={"patch_pca": "stem=hybrid: the patch embedding is a 1x1 projection of ResNet features, so there are "
+                               "no pixel filters to draw"},
+    timm_loader=load_timm_vit,
     timm_options=partial(timm_vit_options, variants=VARIANTS),
     offers=frozenset(CAPABILITIES),  # attention maps, a token grid, pre-logits, resizing to a new grid
     name_parts=VIT_NAME_PARTS,

@@ -38,7 +38,7 @@ VizError = TrainedError  # a run that cannot be drawn; the message is one line n
 
 @dataclass
 class Run:
-    """A trained ViT (float64, eval mode), a few of its validation images and its record."""
+    """A trained backbone (float64, eval mode), a few of its validation images and its record."""
 
     vit: torch.nn.Module
     images: torch.Tensor | None  # (n, C, H, W) normalised, float64; None when none were asked for
@@ -47,9 +47,8 @@ class Run:
 
     @property
     def title(self) -> str:
-        c = self.vit.config
-        registers = f", {c.reg_tokens} registers" if getattr(c, "reg_tokens", 0) else ""
-        return f"{c.pos_encoding} ({c.pos_injection}), {c.pooling}{registers}"
+        """The run in one line, as its family describes it (Family.describe)."""
+        return family_of(self.vit).describe(self.vit.config)
 
 
 @dataclass
@@ -74,6 +73,7 @@ class Numbers:
     bias_queries: str = ""  # which queries a query-dependent bias is drawn for
     notes: dict[str, str] = field(default_factory=dict)  # file stem -> why a figure does not apply (a capability)
     pos_note: str = ""  # why there is no position similarity to draw (the encoding's figure_note)
+    filters_note: str = ""  # why there are no pixel filters to draw, where there are none (the family's figure_notes)
 
 
 def load_run(path: Path, images: int) -> Run:
@@ -127,11 +127,11 @@ def shared_numbers(run: Run, family: Family) -> Numbers:
     family.require(TOKEN_GRID, "the figures (drawn on the patch grid)")
     grid, stride = tuple(model.stem.grid_for(model.config.img_hw)), float(model.config.patch_size)
     components = None
-    if isinstance(getattr(model, "stem", None), PatchStem):
+    if isinstance(model.stem, PatchStem):  # a token grid is cut by its stem (TOKEN_GRID)
         comps, ratios = analysis.filter_components(model.stem.proj.weight, COMPONENTS)
         components = comps.numpy(), ratios.numpy()
-    numbers = Numbers(f"arch={family.name}, {model.config.pos_encoding}, {model.config.pooling}", grid, stride, None,
-                      None, components, pos_note=pos_note(model.config.pos_encoding))
+    numbers = Numbers(family.describe(model.config), grid, stride, None, None, components,
+                      pos_note=pos_note(model.config.pos_encoding))
     numbers.notes["attention"] = (family.lacks(ATTENTION_MAPS, "the attention distance and rollout figures") or
                                   f"arch={family.name} has no figures module to draw its attention maps with")
     if components is None:
@@ -152,7 +152,8 @@ def compute_numbers(run: Run, chunk: int = 8) -> Numbers:
         comps, ratios = analysis.filter_components(vit.stem.proj.weight, COMPONENTS)
         components = comps.numpy(), ratios.numpy()
     numbers = Numbers(run.title, grid, stride, similarity, None if bias is None else bias.numpy(), components,
-                      pos_note=pos_note(vit.config.pos_encoding))
+                      pos_note=pos_note(vit.config.pos_encoding),
+                      filters_note=family_of(vit).figure_notes.get("patch_pca", "") if components is None else "")
     if rope.is_rope(vit):
         numbers.rope, numbers.rope_freqs = vit.config.pos_encoding, rope.learned_frequencies(vit)
     if (kernels := analysis.peg_kernels(vit)) is not None:
@@ -287,8 +288,7 @@ def _draw_components(numbers: Numbers, out: Path) -> list[Path]:
     if "patch_pca" in getattr(numbers, "notes", {}):
         return []  # its note says why
     if numbers.components is None:
-        return [write_note(out / "patch_pca.txt", "stem=hybrid: the patch embedding is a 1x1 projection of ResNet "
-                           "features, so there are no pixel filters to draw")]
+        return [write_note(out / "patch_pca.txt", numbers.filters_note)]
     comps, ratios = numbers.components
     rows = [(i + 1, float(ratios[i]), c, y, x, float(comps[i, c, y, x])) for i in range(len(comps))
             for c in range(comps.shape[1]) for y in range(comps.shape[2]) for x in range(comps.shape[3])]

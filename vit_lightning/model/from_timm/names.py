@@ -1,4 +1,4 @@
-"""Renaming timm's parameters to ours: each importer's rules (timm_names.yaml), the first whose pattern matches wins."""
+"""Renaming timm's parameters to ours: each importer's rules (names.yaml), the first whose pattern matches wins."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import yaml
 
 @cache
 def rules(importer: str) -> tuple[tuple[str, str], ...]:
-    """The (pattern, replacement) rules of one importer ('vit', 'swin' or 'eva'), read once from timm_names.yaml."""
-    tables = yaml.safe_load(Path(__file__).with_name("timm_names.yaml").read_text())
+    """The (pattern, replacement) rules of one importer ('vit', 'swin' or 'eva'), read once from names.yaml."""
+    tables = yaml.safe_load(Path(__file__).with_name("names.yaml").read_text())
     return tuple((pattern, target) for pattern, target in tables[importer])
 
 

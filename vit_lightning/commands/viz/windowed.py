@@ -1,13 +1,14 @@
-"""A Swin run's figures: relative bias per stage, block and head; mean attention distance per stage.
+"""Figures of a family that attends within windows and merges tokens between stages: relative bias per stage,
+block and head; mean attention distance per stage.
 
-Swin attends within windows and merges tokens between stages, so the ViT's rollout (token to token
-through every layer) has no meaning here, and a note says so; the patch-embedding filters are pixels
-as in a ViT and are drawn the same way.
+Token-to-token rollout through every layer has no meaning there, and the family's note says so; the
+patch-embedding filters are pixels and are drawn as the shared figures draw them. What the figures say of the run
+(their title, their notes) comes from its family (Family.describe, Family.figure_notes).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,14 +23,12 @@ from vit_lightning.commands.viz.figures import (
     write_csv,
     write_note,
 )
-
-NO_ROLLOUT = ("arch={arch}: attention stays inside each window and tokens merge between stages, so there is no "
-              "token-to-token rollout through the network")
+from vit_lightning.model.family import family_of
 
 
 @dataclass
-class SwinNumbers:
-    """Everything a Swin run's figures show; one entry per block, in depth order."""
+class WindowedNumbers:
+    """Everything a windowed run's figures show; one entry per block, in depth order."""
 
     title: str
     stem_grid: tuple[int, int]
@@ -40,7 +39,8 @@ class SwinNumbers:
     similarity: np.ndarray | None  # (N, N) cosine of the absolute table; None without one
     components: tuple[np.ndarray, np.ndarray] | None
     distance: list[np.ndarray] | None = None  # per block (heads,) mean in-window attention distance in pixels
-    arch: str = ""  # the family's model.arch
+    encoding: str = ""  # the run's model.pos_encoding
+    figure_notes: dict = field(default_factory=dict)  # figure stem -> why it is left out (the family's figure_notes)
 
 
 def window_distance(probs: torch.Tensor, m: int, stride: float) -> torch.Tensor:
@@ -50,24 +50,25 @@ def window_distance(probs: torch.Tensor, m: int, stride: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def compute_numbers(run, chunk: int = 8) -> SwinNumbers:
-    """The numbers behind every figure of a Swin run."""
-    swin = run.vit
-    blocks = [(i + 1, block) for i, stage in enumerate(swin.stages) for block in stage.blocks]
+def compute_numbers(run, chunk: int = 8) -> WindowedNumbers:
+    """The numbers behind every figure of a windowed run."""
+    model = run.vit
+    blocks = [(i + 1, block) for i, stage in enumerate(model.stages) for block in stage.blocks]
     relative = blocks[0][1].bias.relative is not None
     bias = [b.bias.relative.table.detach().double().numpy() for _, b in blocks] if relative else None
     similarity = None
-    if swin.pos is not None:
-        similarity = analysis.cosine_similarity(swin.pos.embedding().detach()).numpy()
-    comps, ratios = analysis.filter_components(swin.stem.proj.weight, 28)
-    c = swin.config
-    numbers = SwinNumbers(f"Swin-{c.variant}, {c.pos_encoding}, shift={c.shift}", tuple(swin.stem.grid_for(c.img_hw)),
-                          float(c.patch_size), [s for s, _ in blocks], [b.m for _, b in blocks], bias, similarity,
-                          (comps.numpy(), ratios.numpy()), arch=c.arch)
+    if model.pos is not None:
+        similarity = analysis.cosine_similarity(model.pos.embedding().detach()).numpy()
+    comps, ratios = analysis.filter_components(model.stem.proj.weight, 28)
+    c, family = model.config, family_of(model)
+    numbers = WindowedNumbers(family.describe(c), tuple(model.stem.grid_for(c.img_hw)), float(c.patch_size),
+                              [s for s, _ in blocks], [b.m for _, b in blocks], bias, similarity,
+                              (comps.numpy(), ratios.numpy()), encoding=c.pos_encoding,
+                              figure_notes=dict(family.figure_notes))
     if run.images is not None and len(run.images):
         totals, queries = None, None
         for start in range(0, len(run.images), chunk):
-            maps = swin.attention_maps(run.images[start: start + chunk])  # per block (b * windows, h, m*m, m*m)
+            maps = model.attention_maps(run.images[start: start + chunk])  # per block (b * windows, h, m*m, m*m)
             part = [window_distance(p, m, numbers.stride * 2 ** (s - 1))
                     for p, m, s in zip(maps, numbers.windows, numbers.stages)]
             count = [p.shape[0] * p.shape[-1] for p in maps]  # queries (padding tokens included) in this chunk
@@ -77,29 +78,28 @@ def compute_numbers(run, chunk: int = 8) -> SwinNumbers:
     return numbers
 
 
-def draw(numbers: SwinNumbers, out: Path, draw_components) -> list[Path]:
+def draw(numbers: WindowedNumbers, out: Path, draw_components) -> list[Path]:
     """Write every figure that applies with its CSV into out, and a note for each one that does not."""
     out, paths = Path(out), []
     if numbers.bias is not None:
         paths += _draw_bias(numbers, out)
     else:
-        paths.append(write_note(out / "pos_bias.txt", f"pos_encoding={numbers.title.split(', ')[1]}: no relative "
-                                "position bias to draw"))
+        paths.append(write_note(out / "pos_bias.txt", f"pos_encoding={numbers.encoding}: no relative position bias "
+                                "to draw"))
     if numbers.similarity is not None:
         mosaic = similarity_mosaic(numbers.similarity, numbers.stem_grid)
         paths.append(panels_figure(out / "pos_similarity.png", [Panel("patch positions", mosaic, -1.0, 1.0,
                                    "cosine similarity")], f"Position embedding similarity\n{numbers.title}", 1))
     else:
-        paths.append(write_note(out / "pos_similarity.txt", "no absolute position table (Swin's default is the "
-                                "relative bias alone), so there is no similarity to draw"))
+        paths.append(write_note(out / "pos_similarity.txt", numbers.figure_notes["pos_similarity"]))
     paths += draw_components(numbers, out)
-    paths.append(write_note(out / "rollout.txt", NO_ROLLOUT.format(arch=numbers.arch)))
+    paths.append(write_note(out / "rollout.txt", numbers.figure_notes["rollout"]))
     if numbers.distance is not None:
         paths += _draw_distance(numbers, out)
     return paths
 
 
-def _draw_bias(numbers: SwinNumbers, out: Path) -> list[Path]:
+def _draw_bias(numbers: WindowedNumbers, out: Path) -> list[Path]:
     heads = max(b.shape[0] for b in numbers.bias)
     lim = max(float(np.abs(b).max()) for b in numbers.bias) or 1.0
     panels, rows = [], []
@@ -117,7 +117,7 @@ def _draw_bias(numbers: SwinNumbers, out: Path) -> list[Path]:
             write_csv(out / "pos_bias.csv", ["stage", "block", "head", "d_row", "d_col", "bias"], rows)]
 
 
-def _draw_distance(numbers: SwinNumbers, out: Path) -> list[Path]:
+def _draw_distance(numbers: WindowedNumbers, out: Path) -> list[Path]:
     depth, series = len(numbers.stages), []
     for stage in sorted(set(numbers.stages)):  # one marker per stage, at the blocks' depth
         mine = [i for i, s in enumerate(numbers.stages) if s == stage]

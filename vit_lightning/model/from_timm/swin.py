@@ -1,11 +1,11 @@
-"""Load a timm SwinTransformer into our Swin when ours computes the same function (called by load_timm_weights)."""
+"""Load a timm SwinTransformer into our Swin when ours computes the same function (its family's importer)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from vit_lightning.model.timm_names import rename
+from vit_lightning.model.from_timm.names import rename
 
 
 def _unsupported(swin, model) -> str | None:

@@ -7,7 +7,7 @@ learned position table (or none) added at the stem, with or without a row for th
 (`no_embed_class`), [class] token / average / attention pooling as listed in `timm_pooling`, layer
 scale (`init_values`), register tokens (`reg_tokens`, without a position), qk-norm, and a linear or
 MLP-tanh head (`head = Sequential(Linear, Tanh, Linear)`; timm 1.x has no `representation_size`).
-A timm Eva with NAVER's 2-D RoPE goes to model/timm_eva.py. Anything else is refused with the reason.
+A timm Eva with NAVER's 2-D RoPE goes to eva.py beside this module. Anything else is refused with the reason.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import re
 import torch
 from torch import nn
 
-from vit_lightning.model.family import family_of
-from vit_lightning.model.timm_eva import eva_options, is_eva, load_timm_eva
-from vit_lightning.model.timm_names import rename
+from vit_lightning.model.from_timm.eva import eva_options, is_eva, load_timm_eva
+from vit_lightning.model.from_timm.names import rename
 
 
 def _rename(name: str, norm: str) -> str | None:
@@ -142,24 +141,8 @@ def _head(vit) -> str:
     raise ValueError(f"timm head {type(head).__name__} is neither a Linear nor Sequential(Linear(D, D), Tanh, Linear)")
 
 
-def load_timm_weights(model, timm_model: nn.Module) -> None:
-    """Copy a timm model's weights into `model` (a ViT, or a Swin from a timm SwinTransformer) in place, by
-    the importer of the model's family; afterwards both give the same logits.
-
-    The ViT must be built with the same sizes, stem, pooling (see `timm_pooling`) and head,
-    `pos_injection='stem'` and `pos_encoding='learned_1d'` (or `none` for a timm model without a
-    position table). A ValueError says why a timm model cannot be loaded, before anything is copied.
-    """
-    if isinstance(timm_model, dict):
-        raise TypeError("pass the timm model itself, not its state_dict: its pooling and layers decide whether the logits can match")
-    family = family_of(model)
-    if family.timm_loader is None:
-        raise ValueError(f"arch={family.name} has no timm importer")
-    family.timm_loader(model, timm_model)
-
-
 def load_timm_vit(model, timm_model: nn.Module) -> None:
-    """The ViT family's importer: a timm VisionTransformer into our ViT (see load_timm_weights)."""
+    """The ViT family's importer: a timm VisionTransformer into our ViT (see build.load_timm_weights)."""
     from timm.models.vision_transformer import VisionTransformer
 
     if is_eva(timm_model):

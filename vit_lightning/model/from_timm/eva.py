@@ -13,8 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vit_lightning.model.rope import DEFAULT_THETA
-from vit_lightning.model.timm_names import rename
+from vit_lightning.model.from_timm.names import rename
 
 
 def is_eva(model: nn.Module) -> bool:
@@ -96,8 +95,8 @@ def load_timm_eva(model, eva) -> None:
     differ = [f"{k}={wanted.get(k, 0)!r} (model has {getattr(cfg, k)!r})" for k in keys if wanted.get(k, 0) != getattr(cfg, k)]
     if (wanted["layer_scale"] is None) != (cfg.layer_scale is None):
         differ.append(f"layer_scale={wanted['layer_scale']!r} (model has {cfg.layer_scale!r})")
-    theta = DEFAULT_THETA["axial"] if cfg.rope_theta is None else cfg.rope_theta
-    if cfg.pos_encoding.endswith("rope_axial") and theta != wanted["rope_theta"]:  # mixed: the weights replace theta's start
+    # the theta the model was built with (its kind's default when rope_theta is None); mixed: the weights replace it
+    if cfg.pos_encoding.endswith("rope_axial") and model.pos.rotations[0].theta != wanted["rope_theta"]:
         differ.append(f"rope_theta={wanted['rope_theta']!r} (model has {cfg.rope_theta!r})")
     if differ:
         raise ValueError(f"build the model to match the timm one: {', '.join(differ)}")
