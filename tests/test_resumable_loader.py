@@ -126,3 +126,16 @@ def test_without_workers_the_loader_reads_plain_keys_and_draws_from_the_process_
     torch.manual_seed(11)
     assert [d for _, d in read] == [float(torch.rand(())) for _ in range(N)]
     assert [k for k, _ in read] == list(sampler)  # the sampler's order
+
+
+def test_a_loader_lightning_makes_again_with_its_own_sampler_reads_plain_keys_and_saves_no_place():
+    """trainer.overfit_batches: Lightning rebuilds the training loader from its attributes with a SequentialSampler."""
+    from lightning.pytorch.trainer.states import RunningStage
+    from lightning.pytorch.utilities.data import _update_dataloader
+
+    placed = ResumableLoader(Drawing(), batch_size=BATCH, sampler=ResumableSampler(Drawing(), seed=7), num_workers=2)
+    again = _update_dataloader(placed, torch.utils.data.SequentialSampler(placed.dataset), mode=RunningStage.TRAINING)
+    assert type(again.dataset) is Drawing and again.num_workers == 2
+    assert [k for keys, _ in again for k in keys.tolist()] == list(range(N))
+    assert again.state_dict() == {}
+    again.load_state_dict({})  # a checkpoint of such a run resumes without a place

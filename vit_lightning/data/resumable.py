@@ -86,17 +86,22 @@ class ResumableLoader(DataLoader):
 
     def __init__(self, dataset, *args, progress: Callable[[], tuple[int, bool]] | None = None, **kwargs):
         sampler = kwargs.get("sampler")
-        if kwargs.get("num_workers", 0) > 0 and isinstance(sampler, ResumableSampler):  # workers draw by place
-            sampler.places = True
-            dataset = dataset if isinstance(dataset, PlacedDraws) else PlacedDraws(dataset)
+        dataset = dataset.dataset if isinstance(dataset, PlacedDraws) else dataset  # made again from its attributes
+        if isinstance(sampler, ResumableSampler):  # workers draw by place; without them, this process draws
+            sampler.places = kwargs.get("num_workers", 0) > 0
+            dataset = PlacedDraws(dataset) if sampler.places else dataset
         super().__init__(dataset, *args, **kwargs)
         self.progress = progress
 
     def state_dict(self) -> dict:
+        if not isinstance(self.sampler, ResumableSampler):  # Lightning gave it another (trainer.overfit_batches)
+            return {}
         batches, finished = self.progress() if self.progress is not None else (0, False)
         return {"epoch": self.sampler.epoch, "batches": batches, "finished": finished}
 
     def load_state_dict(self, state: dict) -> None:
+        if not state or not isinstance(self.sampler, ResumableSampler):  # no place saved, or none to restore
+            return
         finished = bool(state["finished"])
         self.sampler.epoch = int(state["epoch"]) + finished  # a finished epoch resumes at the next one's start
         self.sampler.skip = 0 if finished else int(state["batches"]) * self.batch_size
