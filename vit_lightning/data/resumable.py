@@ -8,6 +8,13 @@ Lightning keeps a DistributedSampler as it is), and so are its images where the 
 epoch's iterator, which then starts after those batches (or, when the loader was built before the checkpoint
 was read, ResumeLoader hands it back at the start of training). Any worker count: the sampler runs in the main
 process.
+
+A batch's random draws resume as its images do. Without loader workers the collate draws from the training
+process's generators, which the checkpoint carries (run/callbacks.py EpochSeed). Workers have generators of their
+own that no checkpoint holds, and which worker reads a batch depends on where the iterator started; so with workers
+each key travels with its place in the epoch, and the worker seeds its generators from (run seed, epoch, rank, the
+batch's first position) before it reads the batch (PlacedDraws): a batch draws the same numbers whichever worker
+reads it, in an unbroken run or a resumed one.
 """
 
 from __future__ import annotations
