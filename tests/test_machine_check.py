@@ -1,14 +1,17 @@
 """What a trial asks of the machine (its accelerator, devices, loader workers, data) is checked before anything
-starts: a sweep or fit that cannot run here is one line, with no run dir and no sweep state written."""
+starts: a sweep or fit that cannot run here is one line, with no run dir and no sweep state written; W&B agents
+started here are checked before any sweep is created; a job script is printed anywhere, and checked on its node."""
 
 from __future__ import annotations
+
+import shlex
 
 import pytest
 import yaml
 from tiny import TINY_MODEL
 
 from vit_lightning.commands.fit import main as train
-from vit_lightning.commands.sweep import cli, yamls
+from vit_lightning.commands.sweep import cli, wandb_backend, yamls
 from vit_lightning.data import sources
 from vit_lightning.run import machine
 
@@ -112,3 +115,46 @@ def test_a_fit_that_cannot_run_here_is_one_line_before_its_run_dir(tmp_path, no_
         [line] = capsys.readouterr().err.strip().splitlines()
         assert line.startswith("vit-ablate fit: error: ") and words in line, line
     assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()
+
+
+GPU_LINE = "vit-ablate sweep: error: 54 of 54 trials cannot run on this machine: trainer.accelerator=gpu needs a GPU"
+
+
+@pytest.mark.parametrize("mode", [None, "offline", "disabled"])
+def test_wandb_agents_on_a_machine_without_a_gpu_are_refused_before_any_sweep_exists(mode, tmp_path, wandb_server,
+                                                                                   no_gpu, monkeypatch, capsys):
+    """Credentials present (or WANDB_MODE offline/disabled): the agents would train here, so this machine is checked
+    first, as the local backend checks it; no sweep is created and no agent starts."""
+    if mode:
+        monkeypatch.setenv("WANDB_MODE", mode)
+    monkeypatch.setattr(wandb_backend, "run_agents", lambda *a, **k: pytest.fail("an agent started"))
+    argv = ["pos_encoding", "--profile", "cifar10", "--backend", "wandb", "--set", f"run.root={tmp_path / 'runs'}"]
+    assert refused(argv, capsys).startswith(GPU_LINE)
+    assert wandb_server.sweeps == [] and not (tmp_path / "runs").exists()
+
+
+def test_a_random_sweep_for_wandb_agents_is_checked_by_its_first_values(tmp_path, wandb_server, no_gpu, capsys):
+    path = sweep_file(tmp_path, **{"trainer.accelerator": "gpu"})
+    config = yaml.safe_load(open(path))
+    config["method"] = "random"
+    config["parameters"]["model.lr"] = {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-2}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(config))
+    line = refused([path, "--backend", "wandb"], capsys)
+    assert "cannot run on this machine: trainer.accelerator=gpu needs a GPU" in line and wandb_server.sweeps == []
+
+
+@pytest.mark.parametrize("backend", ["local", "wandb"])
+def test_a_job_script_prints_on_a_machine_without_a_gpu_and_its_node_checks_the_trials(backend, tmp_path, wandb_server,
+                                                                                     no_gpu, capsys):
+    """--print-sbatch: the trials run on the job's node, so this machine's lack of a GPU refuses nothing; the job's
+    own command checks them where it starts (here a node without a GPU: one line, nothing written)."""
+    argv = ["pos_encoding", "--profile", "cifar10", "--backend", backend, "--print-sbatch",
+            "--set", f"run.root={tmp_path / 'runs'}"]
+    assert cli.main(argv) == 0
+    script = capsys.readouterr().out
+    assert "#SBATCH --gpus-per-node=1" in script
+    [command] = [shlex.split(line[:-2]) for line in script.splitlines() if " sweep " in line and line.endswith("&")]
+    assert "--print-sbatch" not in command and command[command.index("--backend") + 1] == backend
+    created = len(wandb_server.sweeps)  # wandb: the sweeps the job joins, created now
+    assert refused(command[command.index("sweep") + 1:], capsys).startswith(GPU_LINE)
+    assert len(wandb_server.sweeps) == created and not (tmp_path / "runs").exists()

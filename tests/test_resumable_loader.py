@@ -1,5 +1,6 @@
 """The training loader's place in its epoch (data/resumable.py): saved, restored, and under DDP each rank's shard
-resumes so that the ranks together train each image of the cut epoch once; Lightning keeps its sampler."""
+resumes so that the ranks together train each image of the cut epoch once; Lightning keeps its sampler; loader
+workers draw a batch's random numbers by its place in the epoch, and without workers nothing of that path runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from vit_lightning.data.datamodule import ImageDataModule
-from vit_lightning.data.resumable import ResumableLoader, ResumableSampler
+from vit_lightning.data.resumable import PlacedDraws, ResumableLoader, ResumableSampler
 
 N, BATCH = 50, 4  # 50 images over 2 ranks: 25 each, 7 batches per rank (the last one short)
 
@@ -82,3 +83,59 @@ def test_the_datamodule_gives_each_rank_its_shard_and_lightning_keeps_the_sample
     connector = ddp._data_connector
     assert not connector._requires_distributed_sampler(dl)  # ours stays: its state is the checkpoint's
     assert connector._requires_distributed_sampler(DataLoader(dm.train_set, batch_size=BATCH, shuffle=True))
+
+
+class Drawing(torch.utils.data.Dataset):
+    """Each read draws from the reading process's torch generator, as a random transform does: (key, draw)."""
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, key: int) -> tuple[int, float]:
+        return key, float(torch.rand(()))
+
+
+def drawn_epoch(workers: int, e: int, cut: int = 0, ranks: int = 1, rank: int = 0) -> list[tuple[list, list]]:
+    """(keys, draws) of each batch of epoch `e` that a fresh loader with `workers` reads after `cut` trained batches."""
+    sampler = ResumableSampler(Drawing(), num_replicas=ranks, rank=rank, seed=7)
+    dl = ResumableLoader(Drawing(), batch_size=BATCH, sampler=sampler, num_workers=workers)
+    dl.load_state_dict({"epoch": e, "batches": cut, "finished": False})
+    dl.sampler.set_epoch(e)
+    return [(keys.tolist(), draws.tolist()) for keys, draws in dl]
+
+
+def test_with_workers_a_batch_draws_by_its_place_whichever_worker_reads_it_and_after_a_resume():
+    unbroken = drawn_epoch(2, 1)
+    assert drawn_epoch(1, 1) == unbroken  # another worker reads each batch: the same draws
+    assert drawn_epoch(2, 1, cut=3) == unbroken[3:]  # a resume starts in another worker: the same draws
+    assert drawn_epoch(2, 2) != unbroken and drawn_epoch(2, 1, ranks=2, rank=1) != unbroken[:4]
+    draws = [d for _, batch in unbroken for d in batch]
+    assert len(set(draws)) == N  # every read drew anew
+
+
+def test_without_workers_the_loader_reads_plain_keys_and_draws_from_the_process_generators():
+    """workers=0 (every committed record) keeps the earlier path: the dataset itself, plain keys, and the draws of
+    this process's generator in reading order, which the checkpoint carries (run/callbacks.py EpochSeed)."""
+    sampler = ResumableSampler(Drawing(), seed=7)
+    # the private generator EpochSeed gives the loader: making the iterator draws its base seed from it
+    dl = ResumableLoader(Drawing(), batch_size=BATCH, sampler=sampler, num_workers=0,
+                         generator=torch.Generator().manual_seed(0))
+    assert not isinstance(dl.dataset, PlacedDraws) and all(type(k) is int for k in sampler)
+    torch.manual_seed(11)
+    read = [(k, d) for keys, draws in dl for k, d in zip(keys.tolist(), draws.tolist())]
+    torch.manual_seed(11)
+    assert [d for _, d in read] == [float(torch.rand(())) for _ in range(N)]
+    assert [k for k, _ in read] == list(sampler)  # the sampler's order
+
+
+def test_a_loader_lightning_makes_again_with_its_own_sampler_reads_plain_keys_and_saves_no_place():
+    """trainer.overfit_batches: Lightning rebuilds the training loader from its attributes with a SequentialSampler."""
+    from lightning.pytorch.trainer.states import RunningStage
+    from lightning.pytorch.utilities.data import _update_dataloader
+
+    placed = ResumableLoader(Drawing(), batch_size=BATCH, sampler=ResumableSampler(Drawing(), seed=7), num_workers=2)
+    again = _update_dataloader(placed, torch.utils.data.SequentialSampler(placed.dataset), mode=RunningStage.TRAINING)
+    assert type(again.dataset) is Drawing and again.num_workers == 2
+    assert [k for keys, _ in again for k in keys.tolist()] == list(range(N))
+    assert again.state_dict() == {}
+    again.load_state_dict({})  # a checkpoint of such a run resumes without a place

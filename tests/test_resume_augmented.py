@@ -1,5 +1,6 @@
 """A run stopped mid-epoch with augmentation, mixing and dropout on resumes to the unbroken run: the same weights
-and the same whole history (the cut epoch's train/loss and train/acc average all its batches)."""
+and the same whole history (the cut epoch's train/loss and train/acc average all its batches), with loader workers
+augmenting the batches too."""
 
 from __future__ import annotations
 
@@ -42,9 +43,10 @@ def outcome(root) -> tuple[dict, list]:
     return weights, history
 
 
-@pytest.mark.parametrize("augment", ["cpu", "device"])
-def test_a_sigterm_mid_epoch_resumes_to_the_unbroken_run_with_augmentation_on(tmp_path, monkeypatch, augment):
-    args = [*TINY, *AUGMENTED, f"--data.augment_on={augment}"]
+@pytest.mark.parametrize("augment, workers", [("cpu", 0), ("device", 0), ("cpu", 2)])
+def test_a_sigterm_mid_epoch_resumes_to_the_unbroken_run_with_augmentation_on(tmp_path, monkeypatch, augment, workers):
+    """augment_on=cpu with 2 workers: the workers augment, and the resumed attempt's batches go to other workers."""
+    args = [*TINY, *AUGMENTED, f"--data.augment_on={augment}", f"--data.num_workers={workers}"]
     assert train.main([*args, f"--run.root={tmp_path / 'a'}"]) == 0
     with monkeypatch.context() as patch:
         patch.setattr(Classifier, "on_train_batch_end", sigterm_at(7), raising=False)  # epoch 1, batch 2 of 5

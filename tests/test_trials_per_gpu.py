@@ -13,6 +13,7 @@ from conftest import STAND_IN_FIT
 from vit_lightning.commands.sweep import cli, wandb_backend
 from vit_lightning.commands.sweep.supervise import loader_share, slot_envs, split_gpus
 from vit_lightning.core.names import WORKERS_ENV
+from vit_lightning.run import machine
 
 
 def run_cli(argv, capsys):
@@ -105,6 +106,7 @@ def test_wandb_runs_n_agents_per_gpu_and_its_job_script_says_so(wandb_server, mo
     started = []
     monkeypatch.setattr(wandb_backend, "run_agents", lambda agents, stagger: started.extend(agents) or 0)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    monkeypatch.setattr(machine, "problem", lambda flat, **_: None)  # the node has the GPUs, CPUs and data asked for
     assert cli.main(command[2:]) == 0  # the job's node: 3 agents on each of its 2 GPUs
     assert [a.env["CUDA_VISIBLE_DEVICES"] for a in started] == ["6", "7"] * 3
     assert {a.env[WORKERS_ENV] for a in started} == {str(loader_share(len(os.sched_getaffinity(0)), 6))}

@@ -30,6 +30,7 @@ from vit_lightning.commands.sweep import cli, jobscript, trials, wandb_backend, 
 from vit_lightning.commands.sweep.expand import expand  # noqa: E402
 from vit_lightning.core.identity import flatten, normalize, same, world_size  # noqa: E402
 from vit_lightning.model.family import trial_name as run_name  # noqa: E402
+from vit_lightning.run import machine  # noqa: E402
 
 ABLATION = '''"""A two-process CPU DDP trial, tiny, for the agent tests."""
 from vit_lightning.ablation import METRIC, Ablation, profile
@@ -328,6 +329,7 @@ def test_job_script_joins_sweeps_created_once_and_splits_the_allocation_at_run_t
     started = []
     monkeypatch.setattr(wandb_backend, "run_agents", lambda agents, stagger: started.extend(agents) or 0)
     monkeypatch.setattr("wandb.sweep", lambda *a, **k: pytest.fail("a job must not create sweeps"))
+    monkeypatch.setattr(machine, "problem", lambda flat, **_: None)  # the node has the GPUs, CPUs and data asked for
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7,0,1,2,3")
     for key, value in SLURM_ARRAY_TASK.items():
         monkeypatch.setenv(key, value)

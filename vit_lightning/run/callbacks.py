@@ -194,7 +194,8 @@ class EpochSeed(pl.Callback):
     training order is the sampler's own, from (seed, epoch): data/resumable.py). A checkpoint holds every rank's
     generators as the step it was taken at left them (a sized loader fetches no batch ahead, so no draw of the next
     step has happened yet); a fit resumed mid-epoch, which has no `on_train_epoch_start`, puts them back when it
-    starts training. Exact for in-memory data (num_workers=0); worker processes seed themselves.
+    starts training. Loader workers draw from generators seeded by each batch's place in the epoch instead
+    (data/resumable.py PlacedDraws), so a resume is exact with any number of them.
     """
 
     def __init__(self, seed):

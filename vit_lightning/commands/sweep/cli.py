@@ -310,8 +310,12 @@ def run_wandb(configs: list[dict], args) -> int:
             groups = supervise.split_gpus(supervise.visible_gpus(), groups=args.agents, per_group=args.gpus_per_agent)
         except ValueError as err:
             raise SweepError(f"--agents/--gpus-per-agent: {err}") from None
-    check_sources(checked_trials([c for c in configs if c.get("method") == "grid"], args, gpus=len(groups[0])), args)
+    grid = checked_trials([c for c in configs if c.get("method") == "grid"], args, gpus=len(groups[0]))
+    check_sources(grid, args)
     wandb_backend.check_devices(configs, len(groups[0]))
+    if not args.print_sbatch:  # the agents train here: what the trials ask of this machine, before any sweep exists
+        validate.machine_check(configs, [t.params for t in grid], len(groups[0]), args.trials_per_gpu > 1,
+                               sampled=("bayes", "random"))
     if env_mode() in ("disabled", "offline"):  # credentials or not, wandb itself would refuse to reach the server
         raise SweepError(f"the wandb backend needs the W&B server, but WANDB_MODE={os.environ['WANDB_MODE']}: "
                          "unset it, or use --backend local")

@@ -248,14 +248,16 @@ def _model_error(options: str) -> str | None:
     return None
 
 
-def machine_check(configs: list[dict], trial_params: list[dict], gpus: int, share_cpus: bool = False) -> None:
-    """Every trial (a bayes sweep's by its first values) can run on this machine: its accelerator, devices, loader
-    workers (unless slots share the CPUs out) and data, checked once per distinct setting; SweepError otherwise."""
+def machine_check(configs: list[dict], trial_params: list[dict], gpus: int, share_cpus: bool = False,
+                  sampled: tuple[str, ...] = ("bayes",)) -> None:
+    """Every trial (one of a sweep whose method is in `sampled` by its first values) can run on this machine: its
+    accelerator, devices, loader workers (unless slots share the CPUs out) and data, checked once per distinct
+    setting; SweepError otherwise."""
     from vit_lightning.run import machine
 
     defaults = flatten({k: v for k, v in fit_parser().get_defaults().as_dict().items() if k != "config"})
     bayes = [{name: edge_values(*distribution(name, spec))[0] for name, spec in c["parameters"].items()}
-             for c in configs if c.get("method") == "bayes"]
+             for c in configs if c.get("method") in sampled]
     found: dict[str, int] = {}
     problems: dict[str, str | None] = {}
     everything = [*trial_params, *bayes]
