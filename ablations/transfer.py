@@ -24,6 +24,7 @@ many steps as the fine-tuning, with the source's own recipe.
 
 Run:  vit-ablate sweep pos_encoding                                 # demo: the sources, mnist5k 28 px
       vit-ablate sweep transfer --profile demo_select                # the lr per cell, on held-out digits
+      vit-ablate sweep transfer --profile demo_select --extend-edges # again until no cell's best is at an edge
       vit-ablate sweep transfer && vit-ablate sweep transfer --profile demo_scratch   # 56 px; the control
       vit-ablate table transfer                                     # the table
       vit-ablate sweep transfer --profile cifar10_select  (then cifar10, cifar10_scratch)   # 32 px -> 64 px

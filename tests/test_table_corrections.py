@@ -46,7 +46,7 @@ def test_a_selection_at_the_edge_of_the_values_tried_is_censored(tmp_path):
         for lr, acc in curves[enc].items():  # 0.1 is in the grid but never ran
             write_run(runs, ab, {ENC: enc, INJ: "stem", SRC: source, LR: lr}, 0, acc, profile="demo_select")
     _, md = table(ab, tmp_path)
-    assert "none/stem 0.03 (0.01: 0.500, 0.03: 0.700, 0.06: 0.600); " in md  # interior: no mark
+    assert "none/stem 0.03 (0.01: 0.500, 0.03: 0.700, 0.06: 0.600), interior; " in md
     assert "learned_1d/stem 0.06 (0.01: 0.500, 0.03: 0.600, 0.06: 0.800), censored (the largest tried)" in md
     assert "censored in 1 of 2 cells: the held-out accuracy still rises at the edge of the values tried" in md
     assert "demo_select also lists 0.1, not run here" in md

@@ -345,6 +345,15 @@ def selector(value: Any) -> str | None:
     return value[len(SELECT):] if isinstance(value, str) and value.startswith(SELECT) else None
 
 
+def beyond(tried: list[float], upward: bool) -> float:
+    """The next value past the largest (upward) or smallest of `tried` (two or more, positive), one step of the ratio
+    of the two values at that edge, as a doubling or halving grid steps on (0.2, 0.4 -> 0.8; 0.003, 0.01 -> 0.0009):
+    where a selection at the edge of its values goes next."""
+    ordered = sorted(tried)
+    inner, edge = (ordered[-2], ordered[-1]) if upward else (ordered[1], ordered[0])
+    return float(f"{edge * edge / inner:.3g}")  # 3 digits: 0.003 * 0.3 is 0.0009, not 0.0009000000000000001
+
+
 PACKAGE = "vit_lightning.ablations"  # installed from the top-level ablations/ folder (pyproject: package-dir)
 
 
