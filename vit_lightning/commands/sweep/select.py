@@ -120,8 +120,9 @@ def selected_key(ablation, stage: str) -> str:
     if keys:
         raise SweepError(f"--extend-edges: profile {stage!r} of {ablation.name} selects {', '.join(keys)}: it extends "
                          "a stage that selects one key")
+    held = f"its selection stages: {', '.join(stages)}" if stages else "it has no selection stage"
     raise SweepError(f"--extend-edges: profile {stage!r} of {ablation.name} is no selection stage (no profile selects "
-                     f"a value from it); its selection stages: {', '.join(stages) or 'none'}")
+                     f"a value from it); {held}")
 
 
 def _cells(config: dict, key: str) -> list[dict]:
