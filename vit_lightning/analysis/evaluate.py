@@ -49,6 +49,8 @@ from vit_lightning.core.evalkey import EvalKey
 from vit_lightning.core.files import now, write_atomic
 from vit_lightning.core.identity import plain
 from vit_lightning.core.names import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC
+from vit_lightning.data.datamodule import SOURCES
+from vit_lightning.data.views import VIEWS, geometry
 from vit_lightning.model.build import build_backbone
 from vit_lightning.model.family import ATTENTION_MAPS, DEFAULT_ARCH, FAMILIES, RESIZE, TOKEN_GRID, family_of
 from vit_lightning.model.position import set_frequency_rule
@@ -141,6 +143,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("source", nargs="+", help="a run dir, a .ckpt, timm:NAME or timm:NAME@FILE (several: each in turn)")
     p.add_argument("--model.patch_size", dest="patch_size", type=int, default=None,
                    help="evaluate at this patch size (the kernel PI-resized; default: the source's)")
+    p.add_argument("--view", choices=VIEWS, default=None,
+                   help="how the images meet the target side --data.img_size=N (data/views.py): tokens (the content at "
+                        "its trained scale on an N canvas: more tokens, a larger field), zoom (the content scaled by N "
+                        "over the trained side on the trained canvas: the same tokens) or both (resized to N, the "
+                        "published protocol); default: the data's own (resized; padded with --data.resize=pad; a "
+                        "dataset that draws, on the N canvas)")
     p.add_argument("--pos-resample", choices=RESAMPLE, default="bicubic",
                    help="how learned tables meet a new grid: interpolated (bicubic, bilinear, nearest) or keep (trained "
                         "entries kept bit for bit, offsets or positions beyond the trained range clamped to the edge)")
@@ -251,7 +259,7 @@ def run(args, changes: dict) -> tuple[dict, Path]:
     set_frequency_rule(vit, args.rope_scaling)  # before anything runs: a rule without RoPE is refused here
     beside = Path(about["file"]).parent if about.get("file") else Path(".")
     options = {**(data or {}), **changes}
-    key = eval_key(datamodule, options, data or {}, about)
+    key = eval_key(datamodule, options, data or {}, about, args.view)
     out = args.out or beside / f"{out_name(key).removesuffix('.json')}{_rule_suffix(args, '-')}.json"
     if args.out is None:
         check_writable(out, "the eval record")
@@ -271,26 +279,51 @@ def run(args, changes: dict) -> tuple[dict, Path]:
     return record, out
 
 
-def eval_key(datamodule, options: dict, own: dict, about: dict) -> EvalKey:
-    """What this evaluation measures, against the run's own data options `own` and image size (evalkey.py)."""
+def eval_key(datamodule, options: dict, own: dict, about: dict, view: str | None = None) -> EvalKey:
+    """What this evaluation measures, against the run's own data options `own` and image size (evalkey.py); with a
+    view (--view), that view at the target side options["img_size"]."""
     asks = bool(datamodule.source.tasks)  # data of several questions: its task and glyph scale name what was measured
     scale = options.get("glyph_scale") or 1
-    if asks and scale != (own.get("glyph_scale") or 1):
-        view = "zoom"  # drawn at another scale: the content changed scale, whatever the canvas
-    elif datamodule.img_size == about.get("trained_size"):
-        view = "native"
-    else:
-        view = "canvas" if datamodule.view == "canvas" else "zoom"
+    side = options["img_size"] if view else datamodule.img_size
+    same_side = datamodule.img_size == about.get("trained_size")
+    if view is None and asks and scale != (own.get("glyph_scale") or 1):  # drawn at another scale: content zoomed
+        view = "zoom" if same_side else "both"
+    elif view is None:
+        view = "native" if same_side else "tokens" if datamodule.view == "canvas" else "both"
     resized = about.get("patch_resize")
-    return EvalKey(str(options.get("name")), datamodule.img_size, view, options.get("task") if asks else None,
+    return EvalKey(str(options.get("name")), side, view, options.get("task") if asks else None,
                    scale if asks else None, resized["to"] if resized else None)
 
 
 def out_name(key: EvalKey) -> str:
-    """eval-<data>[-<task>-x<scale>]-<N>px[-canvas][-p<patch>].json: the record file of one evaluation, by its key."""
+    """eval-<data>[-<task>-x<scale>]-<N>px[-tokens|-zoom][-p<patch>].json: the record file of one evaluation, by its
+    key (resized, the data's plain way to another side, or native: no view in the name)."""
     asks = f"-{key.task}-x{key.scale}" if key.task is not None else ""
-    return (f"eval-{key.data}{asks}-{key.img_size}px" + ("-canvas" if key.view == "canvas" else "")
+    return (f"eval-{key.data}{asks}-{key.img_size}px" + (f"-{key.view}" if key.view in ("tokens", "zoom") else "")
             + (f"-p{key.patch}" if key.patch else "") + ".json")
+
+
+def viewed_data(options: dict, changes: dict, view: str | None, trained):
+    """The data module evaluated on: the run's data options with `changes`, and with a view, its validation images
+    as that view shows them at the target side changes["img_size"] (data/views.py)."""
+    if view is None:
+        return build_data(options, **changes)
+    target, given = changes.get("img_size"), {**options, **changes}
+    if not isinstance(trained, int) or isinstance(trained, bool):
+        raise ValueError(f"--view {view}: the run trained at {trained!r}, not one square side to view from")
+    if not isinstance(target, int) or target == trained:
+        raise ValueError(f"--view {view}: give the target side with --data.img_size=N, other than the {trained} px "
+                         "the run trained at")
+    if "resize" in changes or "glyph_scale" in changes or given.get("resize", "zoom") != "zoom":
+        raise ValueError(f"--view {view} decides how the images meet {target} px: leave --data.resize and "
+                         "--data.glyph_scale out (and a run trained on padded images has no view)")
+    resize, canvas = geometry(view, trained, target)
+    name = given.get("name", "mnist5k")
+    if view == "tokens" and name in SOURCES and SOURCES[name].renders:
+        return build_data(options, **changes)  # drawn on the target canvas: the content at its scale, a larger field
+    datamodule = build_data(options, **{**changes, "img_size": trained})  # as trained, then viewed
+    datamodule.view_at(resize, canvas)
+    return datamodule
 
 
 def _rule_suffix(args, sep: str) -> str:
@@ -333,7 +366,7 @@ def _resampled(args, changes: dict):
     source = read_source(args.source)
     if source.data is None and "name" not in changes:
         raise SourceError(f"{args.source} names no data: give --data.name (and --data.img_size)")
-    datamodule = build_data(source.data or {}, **changes)
+    datamodule = viewed_data(source.data or {}, changes, args.view, source.options.get("img_size"))
     patch = args.patch_size or source.options.get("patch_size")
     vit = build_backbone(**{**source.options, "img_size": datamodule.img_size, "in_chans": datamodule.in_chans,
                             "num_classes": datamodule.num_classes, "patch_size": patch})
@@ -353,7 +386,7 @@ def _as_trained(args, changes: dict):
     if trained.data_options is None and "name" not in changes:
         raise SourceError(f"{args.source} names no data: give --data.name (and --data.img_size)")
     model, config = trained.model.model, trained.model.model.config
-    datamodule = build_data(trained.data_options or {}, **changes)
+    datamodule = viewed_data(trained.data_options or {}, changes, args.view, config.img_size)
     size = config.img_size
     if (datamodule.img_size, datamodule.in_chans) != (size, config.in_chans):
         raise ValueError(f"{args.source}: a {config.arch} run is evaluated at its own image size and channels "
