@@ -4,7 +4,8 @@
 `/canvas` before the views were named; the default grid rules) stores top-1 and the attention read-outs (per block
 mean entropy and distance in tokens, `attn/...`). The factor is the canvas side over the side trained at (tokens
 per side over trained tokens per side). Figures: accuracy against the factor (a panel per task, a line per cell,
-seed bands), and the read-outs against it; a sentence says, per cell, whether a fall coincides with entropy drift (attention spreading towards uniform, or collapsing).
+seed bands), and the read-outs against it; a sentence says, per cell, whether a fall coincides with entropy drift
+(attention spreading towards uniform, or collapsing).
 """
 
 from __future__ import annotations
