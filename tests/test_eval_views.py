@@ -181,3 +181,31 @@ def test_a_tiny_translated_mnist_run_is_evaluated_under_the_three_views_into_its
     measured = [f"{record['eval'][f'translated_mnist@56px/{v}']['val/acc']:.4f} (n=1)" for v in ("tokens", "zoom-only",
                                                                                                "both")]
     assert md_cells(view, "none")[2:] == measured
+
+
+def test_a_profile_declares_its_views_and_eval_declared_runs_each(tmp_path, capsys):
+    """pos_encoding's modern profile declares 21 and 56 px in the three views: `eval RUN --declared` asks for six
+    evaluations; a run whose profile declares none, or --declared with a size of its own, is one line."""
+    import argparse
+
+    from vit_lightning.ablation import load
+    from vit_lightning.analysis.evaluate import declared, main
+
+    assert load("pos_encoding").profile("modern").views == ((21, ("tokens", "zoom", "both")),
+                                                            (56, ("tokens", "zoom", "both")))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"config": {"run.ablation": "pos_encoding", "run.profile": "modern"}}))
+    args = argparse.Namespace(view=None)
+    jobs = declared(str(run), args, ["--shots"])
+    assert [(view, more[-1]) for view, more in jobs] == [
+        (view, f"--data.img_size={side}") for side in (21, 56) for view in ("tokens", "zoom", "both")]
+    assert all(more[0] == "--shots" for _, more in jobs)
+    with pytest.raises(ValueError, match="leave --view and --data.img_size out"):
+        declared(str(run), args, ["--data.img_size=56"])
+    (run / "results.json").write_text(json.dumps({"config": {"run.ablation": "pos_encoding", "run.profile": "demo"}}))
+    assert main([str(run), "--declared"]) == 2
+    assert capsys.readouterr().err.strip() == ("vit-ablate eval: error: --declared: profile 'demo' of pos_encoding "
+                                               "declares no evaluations (its `views`)")
+    with pytest.raises(ValueError, match="views are \\(target side, views\\) pairs"):
+        Profile("p", {}, ({ENC: ["none"]},), (0,), views=((56, ("crop",)),))

@@ -52,7 +52,7 @@ def test_each_view_is_a_column_of_its_own_named_by_it(tmp_path):
     _, md = table(ab, tmp_path)
     view = md.split("evaluated at other image sizes (columns, px) without fine-tuning")[1]
     assert ("each column named by its view (tokens: on a canvas of that side, the content at its own scale; zoom: the "
-            "content scaled by that side over the trained one, on the trained canvas (the same tokens); both: resized "
+            "content scaled by that side over the trained one, on the trained canvas, the same tokens; both: resized "
             "to that side") in view
     assert md_cells(view, "cell") == ["cell", "28 px", "56 px (tokens)", "56 px (zoom)", "56 px (both)"]
     assert md_cells(view, "none")[2:] == ["0.8000 (n=1)", "0.5000 (n=1)", "0.2000 (n=1)"]

@@ -15,6 +15,7 @@ from typing import Any
 
 from vit_lightning.core.defaults import DEMO
 from vit_lightning.core.names import BEST_METRIC, SEED_KEY, SHUFFLE_DROP
+from vit_lightning.data.views import VIEWS
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
 from vit_lightning.model.naming import FIRST, NAMING, NAMING_KEY, check_version
 from vit_lightning.model.position import where_acts
@@ -58,10 +59,17 @@ class Profile:
     # what each question's oracles reach without the route it names ({panel value: {oracle: accuracy}}): reference
     # rows, measured with data/oracles.py when the profile was designed
     ceilings: dict | None = None
+    # the evaluations its runs get without fine-tuning, as (target side, views) pairs (data/views.py: tokens, zoom,
+    # both): `vit-ablate eval RUN --declared` runs each, its table shows a column per side and view
+    views: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
     def __post_init__(self):
         if not self.grids or not self.seeds:
             raise ValueError(f"profile {self.name!r}: needs at least one grid block and one seed")
+        for side, views in self.views:
+            if not (isinstance(side, int) and side > 0 and views and set(views) <= set(VIEWS)):
+                raise ValueError(f"profile {self.name!r}: views are (target side, views) pairs, a side in pixels and "
+                                 f"views of {', '.join(VIEWS)}; got {(side, views)!r}")
         for block in self.grids:
             if not block or any(not isinstance(v, (list, tuple)) or not v for v in block.values()):
                 raise ValueError(f"profile {self.name!r}: each grid block maps keys to non-empty lists")

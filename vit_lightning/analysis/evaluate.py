@@ -40,6 +40,7 @@ import torch.nn.functional as F
 import yaml
 from typing_extensions import override
 
+from vit_lightning.ablation import load
 from vit_lightning.analysis import fewshot
 from vit_lightning.analysis.attention import readouts
 from vit_lightning.analysis.shuffle import PERMUTATIONS, block_error, shuffled_accuracy, validation_batches
@@ -149,6 +150,9 @@ def parser() -> argparse.ArgumentParser:
                         "over the trained side on the trained canvas: the same tokens) or both (resized to N, the "
                         "published protocol); default: the data's own (resized; padded with --data.resize=pad; a "
                         "dataset that draws, on the N canvas)")
+    p.add_argument("--declared", action="store_true",
+                   help="every evaluation the run's profile declares (its `views`: target sides, each in its views), "
+                        "one after another, instead of --data.img_size and --view")
     p.add_argument("--pos-resample", choices=RESAMPLE, default="bicubic",
                    help="how learned tables meet a new grid: interpolated (bicubic, bilinear, nearest) or keep (trained "
                         "entries kept bit for bit, offsets or positions beyond the trained range clamped to the edge)")
@@ -408,10 +412,40 @@ def add_eval(record: dict):
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
-    if len(args.source) > 1 and args.out is not None:
-        print("vit-ablate eval: error: --out names one file; give one source, or leave --out out", file=sys.stderr)
+    if (len(args.source) > 1 or args.declared) and args.out is not None:
+        print("vit-ablate eval: error: --out names one file; give one source and leave --declared out, or leave --out "
+              "out", file=sys.stderr)
         return 2
-    return max(evaluate_one(argparse.Namespace(**{**vars(args), "source": source}), extra) for source in args.source)
+    codes = []
+    for source in args.source:
+        try:
+            jobs = declared(source, args, extra) if args.declared else [(args.view, extra)]
+        except ValueError as error:
+            print(f"vit-ablate eval: error: {error}", file=sys.stderr)
+            codes.append(2)
+            continue
+        codes += [evaluate_one(argparse.Namespace(**{**vars(args), "source": source, "view": view}), more)
+                  for view, more in jobs]
+    return max(codes)
+
+
+def declared(source: str, args, extra: list[str]) -> list[tuple[str, list[str]]]:
+    """(view, options) of each evaluation the run's profile declares (Profile.views); ValueError (one line) else."""
+    if args.view is not None or any(arg.startswith("--data.img_size") for arg in extra):
+        raise ValueError("--declared takes its sizes and views from the run's profile: leave --view and "
+                         "--data.img_size out")
+    if source_kind(source) == "timm":
+        raise ValueError(f"--declared: {source} has no profile; give a run dir")
+    try:
+        config = (read_record(checkpoint_path(Path(source)).parent) or {}).get("config") or {}
+        names = (config.get("run.ablation"), config.get("run.profile"))
+        prof = load(str(names[0])).profile(str(names[1]))
+    except (RunDirError, ValueError, OSError) as error:
+        raise ValueError(f"--declared: {source}: its record names no profile with evaluations "
+                         f"({' '.join(str(error).split())})") from None
+    if not prof.views:
+        raise ValueError(f"--declared: profile {names[1]!r} of {names[0]} declares no evaluations (its `views`)")
+    return [(view, [*extra, f"--data.img_size={side}"]) for side, views in prof.views for view in views]
 
 
 def evaluate_one(args, extra: list[str]) -> int:

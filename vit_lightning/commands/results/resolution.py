@@ -23,8 +23,8 @@ SIZE = "model.img_size"
 VIEWS = {"": "trained", "tokens": "tokens", "zoom": "zoom", "both": "both"}
 # each view's words in the table's title
 TITLES = {"tokens": "tokens: on a canvas of that side, the content at its own scale",
-          "zoom": "zoom: the content scaled by that side over the trained one, on the trained canvas (the same tokens)",
-          "both": "both: resized to that side (content zoom and more tokens at once, the published protocol)"}
+          "zoom": "zoom: the content scaled by that side over the trained one, on the trained canvas, the same tokens",
+          "both": "both: resized to that side, content zoom and more tokens at once, the published protocol"}
 
 
 def accuracy_by_size(record: dict) -> dict[tuple[int, str], float]:
