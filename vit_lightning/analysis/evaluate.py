@@ -4,9 +4,11 @@ SOURCE is what `fit --model.init_from` takes (a run dir, a .ckpt, timm:NAME, tim
 defaults to the run's own; any `--data.*` option changes it (another dataset, another img_size), and the
 position encoding is resampled as fine-tuning would resample it. Another img_size zooms stored images (the content
 changes scale) unless `--data.resize=pad` centres them on a larger canvas; glyphs and translated_mnist are drawn at
-the new canvas, the content at its own scale. Each evaluation is filed under what it measured (evalkey.py: data,
-task and glyph scale, size, view, patch size), so one on another task or glyph scale is filed apart from the run's
-own. Several SOURCEs are evaluated in turn; evaluations of one run by several processes add to its record side by
+the new canvas, the content at its own scale. `--view tokens|zoom|both` at --data.img_size=N separates more tokens
+from zoom (data/views.py: the trained pixel scale on an N canvas; the content rescaled on the trained canvas; resized),
+and `--declared` runs every (size, view) the run's profile declares. Each evaluation is filed under what it measured
+(evalkey.py: data, task and glyph scale, size, view, patch size), so one on another task or glyph scale is filed
+apart from the run's own. Several SOURCEs are evaluated in turn; evaluations of one run by several processes add to its record side by
 side, and none works while a fit trains the run.
 `--model.patch_size=N` evaluates at another patch size, the patch kernel PI-resized (FlexiViT) and the encodings
 resampled to the new grid. `--pos-resample keep` keeps learned tables' trained entries instead of interpolating them,
