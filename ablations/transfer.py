@@ -94,8 +94,8 @@ def transfer_profiles(source: Ablation, name: str, fixed: dict, description: str
 # RoPE-ViT's numbers at a new resolution without fine-tuning (Heo et al. 2024, naver-ai/rope-vit README)
 ROPE_VIT = {"learned_1d": "80.4 -> 79.4", "rope_axial": "80.9 -> 80.0", "rope_mixed": "80.9 -> 81.8"}
 ROPE_VIT_NOTE = ("RoPE-ViT (Heo et al. 2024, naver-ai/rope-vit README): DeiT-III ViT-S/16 trained at 224 px, ImageNet-1k "
-                 "top-1 % at 224 -> at 384 px without fine-tuning, to read against our 'new resolution, not "
-                 "fine-tuned' column (ViT-B: learned 83.4 -> 82.8, axial 83.6 -> 83.9, mixed 83.8 -> 84.4); the "
+                 "top-1 % at 224 -> at 384 px without fine-tuning, to read against our 'new resolution (both: "
+                 "resized), not fine-tuned' column (ViT-B: learned 83.4 -> 82.8, axial 83.6 -> 83.9, mixed 83.8 -> 84.4); the "
                  "paper reports no per-encoding transfer numbers")
 DEMO = {**FINE_TUNE, "data.img_size": 56, "data.batch_size": 32, "model.warmup_epochs": 0.5, "trainer.max_epochs": 3}
 
@@ -110,15 +110,16 @@ ABLATION = Ablation(
     cols=INJ,
     layout="grid",
     replicates=SOURCE,  # the source runs (one per source seed) replicate a cell
-    columns={"transfer/source_acc": "source (its resolution)", "transfer/start_acc": "new resolution, not fine-tuned",
-             **SHUFFLE_COLUMN},
+    columns={"transfer/source_acc": "source (its resolution)",
+             "transfer/start_acc": "new resolution (both: resized), not fine-tuned", **SHUFFLE_COLUMN},
     offsets={"transfer/start_acc": ("not fine-tuned, minus none's", {ENC: "none"})},
     controls={"_scratch": "from scratch at the new resolution, same steps"},
     column_notes={
         "source (its resolution)": "the source run's accuracy at the resolution it was trained at",
-        "new resolution, not fine-tuned": "the source evaluated at the new resolution before any step, its encoding "
-        "resampled (transfer/start_acc); it falls for every encoding, none included, because each patch now "
-        "covers less of the image",
+        "new resolution (both: resized), not fine-tuned": "the source evaluated at the new resolution before any "
+        "step, its images resized (the view both: content zoom and more tokens at once), its encoding resampled "
+        "(transfer/start_acc); it falls for every encoding, none included, because each patch now covers less of the "
+        "image",
         "not fine-tuned, minus none's": "the previous column minus none's mean: the part of the drop the encoding's "
         "resampling explains (± the cell's own seed std)",
         "from scratch at the new resolution, same steps": "the control: the same encoding trained from scratch at "
