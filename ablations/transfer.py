@@ -18,8 +18,10 @@ the edge of the grid is only a bound, which the table marks censored). The `<pro
 cell's seed-0 source at each candidate, validating on a held-out fifth of the training images (data.holdout; the
 validation images of the table stay unseen), and the `<profile>` stage fine-tunes every source of the cell at the lr
 whose held-out accuracy was best (model.lr = select:<profile>_select; the sweep refuses to start until the
-selection has run). The
-`<profile>_scratch` stage is the control: each encoding trained from scratch at the new resolution for as
+selection has run). The source profiles declare 56 px in the three evaluation views (pos_encoding's `views`): the
+sources evaluated there without fine-tuning with more tokens at their trained pixel scale, with the content zoomed
+on their trained canvas, and resized (both, the view the "not fine-tuned" column measures); their tables show the
+three. The `<profile>_scratch` stage is the control: each encoding trained from scratch at the new resolution for as
 many steps as the fine-tuning, with the source's own recipe.
 
 Run:  vit-ablate sweep pos_encoding                                 # demo: the sources, mnist5k 28 px
@@ -27,6 +29,7 @@ Run:  vit-ablate sweep pos_encoding                                 # demo: the 
       vit-ablate sweep transfer --profile demo_select --extend-edges # again until no cell's best is at an edge
       vit-ablate sweep transfer && vit-ablate sweep transfer --profile demo_scratch   # 56 px; the control
       vit-ablate table transfer                                     # the table
+      vit-ablate eval runs/pos_encoding/demo/*/ --declared --shots --into-record   # the sources at 56 px, 3 views
       vit-ablate sweep transfer --profile cifar10_select  (then cifar10, cifar10_scratch)   # 32 px -> 64 px
 """
 

@@ -184,15 +184,17 @@ def test_a_tiny_translated_mnist_run_is_evaluated_under_the_three_views_into_its
 
 
 def test_a_profile_declares_its_views_and_eval_declared_runs_each(tmp_path, capsys):
-    """pos_encoding's modern profile declares 21 and 56 px in the three views: `eval RUN --declared` asks for six
-    evaluations; a run whose profile declares none, or --declared with a size of its own, is one line."""
+    """pos_encoding's modern profile declares 21 and 56 px in the three views (its demo, transfer's sources, 56 px):
+    `eval RUN --declared` asks for six evaluations; a run whose profile declares none, or --declared with a size of
+    its own, is one line."""
     import argparse
 
     from vit_lightning.ablation import load
     from vit_lightning.analysis.evaluate import declared, main
 
-    assert load("pos_encoding").profile("modern").views == ((21, ("tokens", "zoom", "both")),
-                                                            (56, ("tokens", "zoom", "both")))
+    three = ("tokens", "zoom", "both")
+    assert load("pos_encoding").profile("modern").views == ((21, three), (56, three))
+    assert load("pos_encoding").profile("demo").views == ((56, three),)
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.json").write_text(json.dumps({"config": {"run.ablation": "pos_encoding", "run.profile": "modern"}}))
@@ -203,9 +205,11 @@ def test_a_profile_declares_its_views_and_eval_declared_runs_each(tmp_path, caps
     assert all(more[0] == "--shots" for _, more in jobs)
     with pytest.raises(ValueError, match="leave --view and --data.img_size out"):
         declared(str(run), args, ["--data.img_size=56"])
-    (run / "results.json").write_text(json.dumps({"config": {"run.ablation": "pos_encoding", "run.profile": "demo"}}))
+    config = {"run.ablation": "pos_encoding", "run.profile": "relative_scale"}
+    (run / "results.json").write_text(json.dumps({"config": config}))
     assert main([str(run), "--declared"]) == 2
-    assert capsys.readouterr().err.strip() == ("vit-ablate eval: error: --declared: profile 'demo' of pos_encoding "
+    assert capsys.readouterr().err.strip() == ("vit-ablate eval: error: --declared: profile 'relative_scale' of "
+                                               "pos_encoding "
                                                "declares no evaluations (its `views`)")
     with pytest.raises(ValueError, match="views are \\(target side, views\\) pairs"):
         Profile("p", {}, ({ENC: ["none"]},), (0,), views=((56, ("crop",)),))
