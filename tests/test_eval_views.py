@@ -5,6 +5,7 @@ reference; and a tiny translated_mnist run evaluated under all three into its re
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -166,6 +167,7 @@ def test_a_tiny_translated_mnist_run_is_evaluated_under_the_three_views_into_its
              for name in ("-tokens", "-zoom", "")}
     assert sides == {"-tokens": 56, "-zoom": 42, "": 56}  # the zoom keeps the trained canvas: 6 x 6 tokens
     assert all(0 <= m["val/acc"] <= 1 for m in record["eval"].values())
+    assert re.fullmatch(r"[0-9a-f]{40}(\+changes)?", record["versions"]["commit"])  # the commit it trained at
 
     grids = ({ENC: ["none"]},)
     profile = Profile("demo", {"data.name": "translated_mnist", "trainer.max_epochs": 3}, grids, (0,))
