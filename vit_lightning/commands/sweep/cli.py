@@ -231,7 +231,7 @@ def extended(prepared: list[tuple[str, dict]], directory: Path | None) -> list[t
     if not configs:
         print("vit-ablate sweep: --extend-edges: every cell's best lies inside the values tried: nothing to train",
               file=sys.stderr, flush=True)
-    return [(f"{config['name']} (extended)", config) for config in configs]
+    return [(config["name"], config) for config in configs]
 
 
 def checked_trials(configs: list[dict], args, gpus: int = 0) -> list[trials.Trial]:

@@ -166,6 +166,7 @@ def extend_edges(configs: list[dict], directory: Path | None = None) -> tuple[li
                              f"{value}")
                 fixed = _at(config, key, [value])
                 fixed["parameters"].update({k: {"values": [v]} for k, v in cell.items()})
+                fixed["name"] = f"{config['name']}-{name.replace('/', '-')}-{key}{value}"  # a W&B sweep of its own
                 out.append(fixed)
     return out, lines
 
