@@ -66,6 +66,9 @@ def test_extend_edges_trains_the_next_value_of_each_edge_cell_only(tmp_path, cap
     assert "learned_1d/stem: best model.lr=0.03 is interior (0.003 to 0.4 tried): nothing added" in said
     assert len(said) == 8 and len(commands) == 4  # 8 cells; none/stem and learned_2d's three cells to train
     assert sorted(c.split("--model.lr=")[1].split()[0] for c in commands) == ["0.0009", "0.0009", "0.0009", "0.8"]
+    job = [arg for arg in argv if arg != "--dry-run"]
+    assert cli.main([*job, "--backend", "local", "--print-sbatch"]) == 0  # a cluster job extends the same way
+    assert "--extend-edges" in capsys.readouterr().out
 
     for trial in _selection(tmp_path, [0.8, 0.0009]):  # the extensions ran (and, harmlessly, other cells' too)
         _write(trial, acc(trial))

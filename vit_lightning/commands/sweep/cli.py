@@ -308,7 +308,7 @@ def print_local_sbatch(configs: list[dict], args) -> int:
     repair.check([], searches, args.repair, True, log=lambda m: print(m.replace("without --dry-run", "in the job"),
                                                                     file=sys.stderr))
     flags = [flag for flag, on in (("--retry-failed", args.retry_failed), ("--fresh-processes", args.fresh_processes),
-                                   ("--repair", args.repair)) if on]
+                                   ("--repair", args.repair), ("--extend-edges", args.extend_edges)) if on]
     options = [("--parallel", parallel), ("--trials-per-gpu", per_gpu_option(args)),
                ("--seed", args.seed or None),  # a random or bayes sweep's draws
                ("--seeds-per-point", args.seeds_per_point), ("--confirm", args.confirm and ",".join(map(str, args.confirm)))]
