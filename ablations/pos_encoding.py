@@ -13,15 +13,15 @@ Run:  vit-ablate sweep pos_encoding                      # demo: the paper's 8 c
       vit-ablate sweep pos_encoding --profile relative_scale   # relative_1d's q.r logits scaled or not, vs none
       vit-ablate table pos_encoding --profile relative_scale --out results/pos_encoding/relative_scale
       vit-ablate sweep pos_encoding --profile modern      # the encodings since the paper, 5 seeds
-      for run in runs/pos_encoding/modern/*/; do vit-ablate eval "$run" --data.img_size=21 --shots --into-record; done
-      vit-ablate table pos_encoding --profile modern --out results/pos_encoding/modern   # now with the 21 px view
+      vit-ablate eval runs/pos_encoding/modern/*/ --declared --shots --into-record   # 21 and 56 px, three views each
+      vit-ablate table pos_encoding --profile modern --out results/pos_encoding/modern   # now with those views
       vit-ablate sweep pos_encoding --profile peg_padding   # PEG's zero border against a circular one (no border)
       vit-ablate table pos_encoding --profile peg_padding --out results/pos_encoding/peg_padding
 """
 
 import dataclasses
 
-from vit_lightning.ablation import METRIC, SHUFFLE_COLUMN, SHUFFLE_NOTE, Ablation, profile, where_encoding_acts
+from vit_lightning.ablation import METRIC, SHUFFLE_COLUMN, SHUFFLE_NOTE, VIEWS, Ablation, profile, where_encoding_acts
 
 ENC, INJ, SCALE, PAD = "model.pos_encoding", "model.pos_injection", "model.relative_scale", "model.peg_padding"
 # Every encoding at every injection it allows, as rectangular blocks of neighbours that allow the same injections (the
@@ -45,8 +45,9 @@ PAPER_GRIDS = tuple(g for g in ({**grid, ENC: [e for e in grid[ENC] if e in PAPE
 # on 2 cores. 7 seeds, not 5: in the earlier 11-cell demo (two draws of 5 seeds), learned_2d and sincos_2d at the
 # stem beat none by +0.025 to +0.028 in both draws, with a seed spread of about 0.011, and passed Holm's correction
 # in one draw only. Our own encodings (sincos_2d, relative_bias_2d) are in `demo_all` (every encoding, 5 seeds).
-DEMO = profile("demo", PAPER_GRIDS, fixed={"trainer.max_epochs": 7}, seeds=range(7),
-               description="mnist5k, micro ViT/7, CPU, the paper's cells")
+DEMO = dataclasses.replace(profile("demo", PAPER_GRIDS, fixed={"trainer.max_epochs": 7}, seeds=range(7),
+                                   description="mnist5k, micro ViT/7, CPU, the paper's cells"),
+                           views=((56, VIEWS),))  # the transfer ablation's resolution, in the three views
 
 # relative_1d's one open choice, the scale of its q.r logits, at the demo's budget: none (at the default scale, which
 # it refuses to change) and relative_1d at both scales, 5 seeds; model.relative_scale's default was chosen from it.
@@ -74,10 +75,14 @@ MODERN_NOTE = ("top-1 % from three set-ups, none of them ours: IN-1k, RoPE-ViT (
                "s-chh/2D-Positional-Encoding-Vision-Transformer, ViT/4, one run each; DeiT-Ti, CPVT (Chu et al. 2021) "
                "Table 1 on ImageNet (its 'relative' is its own relative encoding); no published number at these "
                "set-ups for sincos_2d, relative_bias_2d, alibi_2d or peg")
+# Its runs evaluated without fine-tuning at 21 px and at the transfer ablation's 56 px, each in the three views: more
+# tokens at the trained pixel scale, the content zoomed on the trained canvas, and both (resized, the published way;
+# transfer's "not fine-tuned" column, measured as fine-tuning starts, is this view at 56 px)
+MODERN_VIEWS = ((21, VIEWS), (56, VIEWS))
 MODERN_PROFILE = dataclasses.replace(
     profile("demo", {ENC: list(MODERN), INJ: ["stem"]}, fixed={"trainer.max_epochs": 7}, seeds=range(5),
             description="mnist5k, micro ViT/7, CPU, the encodings since the paper"),
-    name="modern", reference=MODERN_REFERENCE, reference_note=MODERN_NOTE)
+    name="modern", reference=MODERN_REFERENCE, reference_note=MODERN_NOTE, views=MODERN_VIEWS)
 
 # PEG's shuffle drop mixes position (its zero border tells the edge patches where they are) with locality (a 3x3
 # convolution over the token grid adds each patch's neighbours, which a shuffle changes). With circular padding the

@@ -18,14 +18,18 @@ the edge of the grid is only a bound, which the table marks censored). The `<pro
 cell's seed-0 source at each candidate, validating on a held-out fifth of the training images (data.holdout; the
 validation images of the table stay unseen), and the `<profile>` stage fine-tunes every source of the cell at the lr
 whose held-out accuracy was best (model.lr = select:<profile>_select; the sweep refuses to start until the
-selection has run). The
-`<profile>_scratch` stage is the control: each encoding trained from scratch at the new resolution for as
+selection has run). The source profiles declare 56 px in the three evaluation views (pos_encoding's `views`): the
+sources evaluated there without fine-tuning with more tokens at their trained pixel scale, with the content zoomed
+on their trained canvas, and resized (both, the view the "not fine-tuned" column measures); their tables show the
+three. The `<profile>_scratch` stage is the control: each encoding trained from scratch at the new resolution for as
 many steps as the fine-tuning, with the source's own recipe.
 
 Run:  vit-ablate sweep pos_encoding                                 # demo: the sources, mnist5k 28 px
       vit-ablate sweep transfer --profile demo_select                # the lr per cell, on held-out digits
+      vit-ablate sweep transfer --profile demo_select --extend-edges # again until no cell's best is at an edge
       vit-ablate sweep transfer && vit-ablate sweep transfer --profile demo_scratch   # 56 px; the control
       vit-ablate table transfer                                     # the table
+      vit-ablate eval runs/pos_encoding/demo/*/ --declared --shots --into-record   # the sources at 56 px, 3 views
       vit-ablate sweep transfer --profile cifar10_select  (then cifar10, cifar10_scratch)   # 32 px -> 64 px
 """
 
@@ -93,8 +97,8 @@ def transfer_profiles(source: Ablation, name: str, fixed: dict, description: str
 # RoPE-ViT's numbers at a new resolution without fine-tuning (Heo et al. 2024, naver-ai/rope-vit README)
 ROPE_VIT = {"learned_1d": "80.4 -> 79.4", "rope_axial": "80.9 -> 80.0", "rope_mixed": "80.9 -> 81.8"}
 ROPE_VIT_NOTE = ("RoPE-ViT (Heo et al. 2024, naver-ai/rope-vit README): DeiT-III ViT-S/16 trained at 224 px, ImageNet-1k "
-                 "top-1 % at 224 -> at 384 px without fine-tuning, to read against our 'new resolution, not "
-                 "fine-tuned' column (ViT-B: learned 83.4 -> 82.8, axial 83.6 -> 83.9, mixed 83.8 -> 84.4); the "
+                 "top-1 % at 224 -> at 384 px without fine-tuning, to read against our 'new resolution (both: "
+                 "resized), not fine-tuned' column (ViT-B: learned 83.4 -> 82.8, axial 83.6 -> 83.9, mixed 83.8 -> 84.4); the "
                  "paper reports no per-encoding transfer numbers")
 DEMO = {**FINE_TUNE, "data.img_size": 56, "data.batch_size": 32, "model.warmup_epochs": 0.5, "trainer.max_epochs": 3}
 
@@ -109,15 +113,16 @@ ABLATION = Ablation(
     cols=INJ,
     layout="grid",
     replicates=SOURCE,  # the source runs (one per source seed) replicate a cell
-    columns={"transfer/source_acc": "source (its resolution)", "transfer/start_acc": "new resolution, not fine-tuned",
-             **SHUFFLE_COLUMN},
+    columns={"transfer/source_acc": "source (its resolution)",
+             "transfer/start_acc": "new resolution (both: resized), not fine-tuned", **SHUFFLE_COLUMN},
     offsets={"transfer/start_acc": ("not fine-tuned, minus none's", {ENC: "none"})},
     controls={"_scratch": "from scratch at the new resolution, same steps"},
     column_notes={
         "source (its resolution)": "the source run's accuracy at the resolution it was trained at",
-        "new resolution, not fine-tuned": "the source evaluated at the new resolution before any step, its encoding "
-        "resampled (transfer/start_acc); it falls for every encoding, none included, because each patch now "
-        "covers less of the image",
+        "new resolution (both: resized), not fine-tuned": "the source evaluated at the new resolution before any "
+        "step, its images resized (the view both: content zoom and more tokens at once), its encoding resampled "
+        "(transfer/start_acc); it falls for every encoding, none included, because each patch now covers less of the "
+        "image",
         "not fine-tuned, minus none's": "the previous column minus none's mean: the part of the drop the encoding's "
         "resampling explains (± the cell's own seed std)",
         "from scratch at the new resolution, same steps": "the control: the same encoding trained from scratch at "

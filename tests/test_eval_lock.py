@@ -161,4 +161,4 @@ def test_evaluations_of_one_run_by_several_processes_all_reach_its_record_and_ke
     for proc in procs:
         assert proc.wait(timeout=300) == 0, proc.stdout.read()[-3000:]
     record = json.loads((run_dir / "results.json").read_text())
-    assert {"synthetic@24px/zoom", "synthetic@48px/zoom"} <= set(record["eval"])
+    assert {"synthetic@24px/both", "synthetic@48px/both"} <= set(record["eval"])

@@ -66,4 +66,4 @@ def test_the_absolute_tasks_canvas_columns_say_the_quadrants_scale(tmp_path):
     path.write_text(json.dumps(record))
     _, md = table(ab, tmp_path)
     view = md.split("evaluated at other image sizes (columns, px) without fine-tuning")[1]
-    assert md_cells(view, "cell") == ["cell", "36 px", "168 px (quadrants scale with the canvas)"]
+    assert md_cells(view, "cell") == ["cell", "36 px", "168 px (tokens; quadrants scale with the canvas)"]

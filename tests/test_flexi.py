@@ -100,7 +100,7 @@ def test_eval_and_fine_tuning_at_another_patch_size(tmp_path, capsys):
     kept = json.loads((run / "eval-mnist5k-56px-p14.json").read_text())
     assert kept["img_size"] == 56 and kept["source"]["patch_resize"]["to"] == 14
     record = json.loads((run / "results.json").read_text())
-    assert record["eval"]["mnist5k@56px/zoom/p14"] == {**kept["metrics"], **kept["attention"]}
+    assert record["eval"]["mnist5k@56px/both/p14"] == {**kept["metrics"], **kept["attention"]}
     # the transfer view reads both from the keys eval files them under
     from vit_lightning.commands.results.patch_transfer import _accuracy
 

@@ -161,7 +161,7 @@ def test_bad_benchmark_options_are_one_line_errors(options, words):
 @pytest.mark.slow
 def test_a_glyphs_run_is_evaluated_on_larger_canvases_into_its_record(tmp_path, capsys):
     """fit at 24 px (4 x 4 tokens), then `vit-ablate eval RUN --data.img_size=N --into-record` for two canvases: the
-    position encoding resampled to the larger grid, the glyphs drawn at their own size, filed under /canvas."""
+    position encoding resampled to the larger grid, the glyphs drawn at their own size, filed under /tokens."""
     from tiny import TINY_MODEL
 
     from vit_lightning import cli
@@ -181,12 +181,12 @@ def test_a_glyphs_run_is_evaluated_on_larger_canvases_into_its_record(tmp_path, 
         assert cli.main(["eval", str(run), "--data.img_size=48", *other, "--shots", "--shuffle-perms", "0",
                          "--into-record"]) == 0
     record = json.loads((run / "results.json").read_text())
-    assert set(record["eval"]) == {"glyphs:relative:x1@36px/canvas", "glyphs:relative:x1@48px/canvas",
-                                   "glyphs:absolute:x1@48px/canvas", "glyphs:relative:x2@48px/zoom"}
+    assert set(record["eval"]) == {"glyphs:relative:x1@36px/tokens", "glyphs:relative:x1@48px/tokens",
+                                   "glyphs:absolute:x1@48px/tokens", "glyphs:relative:x2@48px/both"}
     found = accuracy_by_size(record)
-    assert set(found) == {(24, ""), (36, "canvas"), (48, "canvas")} and all(0 <= v <= 1 for v in found.values())
-    written = json.loads((run / "eval-glyphs-relative-x1-48px-canvas.json").read_text())
-    assert written["view"] == "canvas" and written["img_size"] == 48 and written["data"]["task"] == "relative"
+    assert set(found) == {(24, ""), (36, "tokens"), (48, "tokens")} and all(0 <= v <= 1 for v in found.values())
+    written = json.loads((run / "eval-glyphs-relative-x1-48px-tokens.json").read_text())
+    assert written["view"] == "tokens" and written["img_size"] == 48 and written["data"]["task"] == "relative"
     assert written["source"]["pos_resize"]  # the encoding met the 8 x 8 grid as its rule says
 
 

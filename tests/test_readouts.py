@@ -41,9 +41,10 @@ def test_the_read_outs_and_the_grid_rules_are_filed_under_their_own_key():
               "attention": {}})(run_record)
     assert run_record["eval"] == {"glyphs:relative:x1@48px/canvas/keep/rope-ntk": {"val/acc": 0.5, "attn/entropy": 1.5},
                                   "glyphs:relative:x1@48px/canvas": {"val/acc": 0.5}}
-    keyed = parse("glyphs:relative:x1@48px/canvas/keep/rope-ntk")  # the key reads back, rules and all
-    assert (keyed.view, keyed.task, keyed.rules) == ("canvas", "relative", "/keep/rope-ntk")
-    assert str(keyed) == "glyphs:relative:x1@48px/canvas/keep/rope-ntk"
+    keyed = parse("glyphs:relative:x1@48px/tokens/keep/rope-ntk")  # the key reads back, rules and all
+    assert (keyed.view, keyed.task, keyed.rules) == ("tokens", "relative", "/keep/rope-ntk")
+    assert str(keyed) == "glyphs:relative:x1@48px/tokens/keep/rope-ntk"
+    assert parse("glyphs:relative:x1@48px/canvas/keep/rope-ntk") == keyed  # `canvas`, before the views were named
 
 
 @pytest.mark.slow
@@ -62,11 +63,11 @@ def test_eval_reads_out_attention_at_28_tokens_per_side_with_a_frequency_rule(tm
         assert cli.main(["eval", str(run), "--data.img_size=168", "--shots", "--shuffle-perms", "0",
                          "--attention-images", "4", "--into-record", *extra]) == 0
     record = json.loads((run / "results.json").read_text())
-    assert set(record["eval"]) == {"glyphs:relative:x1@168px/canvas", "glyphs:relative:x1@168px/canvas/rope-yarn"}
-    entry = record["eval"]["glyphs:relative:x1@168px/canvas/rope-yarn"]
+    assert set(record["eval"]) == {"glyphs:relative:x1@168px/tokens", "glyphs:relative:x1@168px/tokens/rope-yarn"}
+    entry = record["eval"]["glyphs:relative:x1@168px/tokens/rope-yarn"]
     assert entry["attn/images"] == 4 and 0 < entry["attn/entropy/block0"] <= math.log(785)
     assert 0 < entry["attn/distance/block0"] < 27 * math.sqrt(2)
-    written = json.loads((run / "eval-glyphs-relative-x1-168px-canvas-rope-yarn.json").read_text())
+    written = json.loads((run / "eval-glyphs-relative-x1-168px-tokens-rope-yarn.json").read_text())
     assert written["rope_scaling"] == "yarn" and written["attention"]["attn/entropy"] == entry["attn/entropy"]
     with pytest.raises(SystemExit):  # argparse refuses a rule it does not know, naming the choices
         cli.main(["eval", str(run), "--data.img_size=48", "--shots", "--rope-scaling", "ntk2"])

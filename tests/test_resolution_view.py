@@ -13,45 +13,49 @@ ENC = "model.pos_encoding"
 
 def test_an_eval_filed_into_the_record_is_read_at_its_size_and_a_patch_size_eval_is_not():
     record = {"config": {"data.name": "mnist5k", "model.img_size": 28}, "metrics": {"val/acc": 0.9}}
-    for size, acc, view, patch in [(21, 0.4, "zoom", None), (56, 0.3, "zoom", None), (28, 0.1, "native", 4),
-                                   (42, 0.7, "canvas", None)]:  # 42: the digit at its own scale on a larger canvas
+    for size, acc, view, patch in [(21, 0.4, "both", None), (56, 0.3, "both", None), (28, 0.1, "native", 4),
+                                   (42, 0.7, "tokens", None), (56, 0.5, "zoom", None)]:  # 42: the digit at its own scale on a larger canvas
         key = EvalKey("mnist5k", size, view, patch=patch)
         add_eval({"key": str(key), "metrics": {"val/acc": acc}})(record)  # what `eval RUN --into-record` does
     record["eval"]["cifar10@21px/zoom"] = {"val/acc": 0.0}  # another dataset: not this run's resolution view
-    assert set(record["eval"]) == {"mnist5k@21px/zoom", "mnist5k@56px/zoom", "mnist5k@28px/native/p4",
-                                   "mnist5k@42px/canvas", "cifar10@21px/zoom"}
-    assert accuracy_by_size(record) == {(28, ""): 0.9, (21, "zoom"): 0.4, (56, "zoom"): 0.3, (42, "canvas"): 0.7}
-    # the keys of before (no view word for a zoom) read the same
-    record["eval"] = {"mnist5k@21px": {"val/acc": 0.4}, "mnist5k@56px": {"val/acc": 0.3},
+    assert set(record["eval"]) == {"mnist5k@21px/both", "mnist5k@56px/both", "mnist5k@28px/native/p4",
+                                   "mnist5k@42px/tokens", "mnist5k@56px/zoom-only", "cifar10@21px/zoom"}
+    assert accuracy_by_size(record) == {(28, ""): 0.9, (21, "both"): 0.4, (56, "both"): 0.3, (42, "tokens"): 0.7,
+                                        (56, "zoom"): 0.5}
+    # the keys of before read as the views they were: no view word or `zoom` (a resize) both, `canvas` tokens
+    record["eval"] = {"mnist5k@21px": {"val/acc": 0.4}, "mnist5k@56px/zoom": {"val/acc": 0.3},
                       "mnist5k@28px/p4": {"val/acc": 0.1}, "mnist5k@42px/canvas": {"val/acc": 0.7}}
-    assert accuracy_by_size(record) == {(28, ""): 0.9, (21, "zoom"): 0.4, (56, "zoom"): 0.3, (42, "canvas"): 0.7}
+    assert accuracy_by_size(record) == {(28, ""): 0.9, (21, "both"): 0.4, (56, "both"): 0.3, (42, "tokens"): 0.7}
 
 
 def test_an_evaluation_on_another_task_or_glyph_scale_is_filed_apart_and_not_read_as_the_runs_own():
     config = {"data.name": "glyphs", "data.task": "absolute", "data.glyph_scale": 1, "model.img_size": 36}
     record = {"config": config, "metrics": {"val/acc": 0.9}}
-    for task, scale, view, acc in [("absolute", 1, "canvas", 0.8), ("relative", 1, "canvas", 0.3),
-                                   ("absolute", 2, "zoom", 0.2)]:
+    for task, scale, view, acc in [("absolute", 1, "tokens", 0.8), ("relative", 1, "tokens", 0.3),
+                                   ("absolute", 2, "both", 0.2)]:
         add_eval({"key": str(EvalKey("glyphs", 48, view, task, scale)), "metrics": {"val/acc": acc}})(record)
-    assert set(record["eval"]) == {"glyphs:absolute:x1@48px/canvas", "glyphs:relative:x1@48px/canvas",
-                                   "glyphs:absolute:x2@48px/zoom"}
-    assert accuracy_by_size(record) == {(36, ""): 0.9, (48, "canvas"): 0.8}  # the run's own task and scale only
+    assert set(record["eval"]) == {"glyphs:absolute:x1@48px/tokens", "glyphs:relative:x1@48px/tokens",
+                                   "glyphs:absolute:x2@48px/both"}
+    assert accuracy_by_size(record) == {(36, ""): 0.9, (48, "tokens"): 0.8}  # the run's own task and scale only
     record["eval"] = {"glyphs@48px/canvas": {"val/acc": 0.8}}  # a key of before: the run's own task, as eval defaulted
-    assert accuracy_by_size(record) == {(36, ""): 0.9, (48, "canvas"): 0.8}
+    assert accuracy_by_size(record) == {(36, ""): 0.9, (48, "tokens"): 0.8}
 
 
-def test_zoomed_and_canvas_evaluations_are_columns_of_their_own(tmp_path):
+def test_each_view_is_a_column_of_its_own_named_by_it(tmp_path):
     ab = make("resolution", ENC, None, [{ENC: ["none"]}], seeds=(0,), baseline={ENC: "none"})
     name = write_run(tmp_path / "runs", ab, {ENC: "none"}, 0, 0.85, **{"model.img_size": 28})
     path = tmp_path / "runs/resolution/demo" / name / "results.json"
     record = json.loads(path.read_text())
-    record["eval"] = {"mnist5k@56px": {"val/acc": 0.2}, "mnist5k@56px/canvas": {"val/acc": 0.8}}
+    record["eval"] = {"mnist5k@56px": {"val/acc": 0.2}, "mnist5k@56px/canvas": {"val/acc": 0.8},
+                      "mnist5k@56px/zoom-only": {"val/acc": 0.5}}
     path.write_text(json.dumps(record))
     _, md = table(ab, tmp_path)
     view = md.split("evaluated at other image sizes (columns, px) without fine-tuning")[1]
-    assert "on a canvas of that side, the content at its own scale (larger canvas) or resized to that side (content zoom)" in view
-    assert md_cells(view, "cell") == ["cell", "28 px", "56 px (larger canvas)", "56 px (content zoom)"]
-    assert md_cells(view, "none")[2:] == ["0.8000 (n=1)", "0.2000 (n=1)"]
+    assert ("each column named by its view (tokens: on a canvas of that side, the content at its own scale; zoom: the "
+            "content scaled by that side over the trained one, on the trained canvas, the same tokens; both: resized "
+            "to that side") in view
+    assert md_cells(view, "cell") == ["cell", "28 px", "56 px (tokens)", "56 px (zoom)", "56 px (both)"]
+    assert md_cells(view, "none")[2:] == ["0.8000 (n=1)", "0.5000 (n=1)", "0.2000 (n=1)"]
 
 
 def test_the_grid_table_shows_each_cell_at_every_evaluated_size(tmp_path):
@@ -71,7 +75,7 @@ def test_the_grid_table_shows_each_cell_at_every_evaluated_size(tmp_path):
     _, md = table(ab, tmp_path)
     assert "each cell evaluated at other image sizes without fine-tuning" in md
     view = md.split("evaluated at other image sizes (columns, px) without fine-tuning")[1]
-    assert md_cells(view, "cell") == ["cell", "21 px", "28 px", "56 px"]
+    assert md_cells(view, "cell") == ["cell", "21 px (both)", "28 px", "56 px (both)"]  # keys of before: resized
     assert md_cells(view, "none") == ["none", "0.6000 ± 0.0000 (n=2)", "**0.8500 ± 0.0000 (n=2)**", "0.2000 (n=1)"]
     assert md_cells(view, "learned_1d") == ["learned_1d", "0.5500 ± 0.0707 (n=2)", "**0.9000 ± 0.0000 (n=2)**",
                                             "0.3000 ± 0.0000 (n=2)"]

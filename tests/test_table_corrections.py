@@ -46,7 +46,7 @@ def test_a_selection_at_the_edge_of_the_values_tried_is_censored(tmp_path):
         for lr, acc in curves[enc].items():  # 0.1 is in the grid but never ran
             write_run(runs, ab, {ENC: enc, INJ: "stem", SRC: source, LR: lr}, 0, acc, profile="demo_select")
     _, md = table(ab, tmp_path)
-    assert "none/stem 0.03 (0.01: 0.500, 0.03: 0.700, 0.06: 0.600); " in md  # interior: no mark
+    assert "none/stem 0.03 (0.01: 0.500, 0.03: 0.700, 0.06: 0.600), interior; " in md
     assert "learned_1d/stem 0.06 (0.01: 0.500, 0.03: 0.600, 0.06: 0.800), censored (the largest tried)" in md
     assert "censored in 1 of 2 cells: the held-out accuracy still rises at the edge of the values tried" in md
     assert "demo_select also lists 0.1, not run here" in md
@@ -196,8 +196,10 @@ def test_the_lr_sweep_says_whether_its_optima_exclude_the_shift_the_paper_shows(
     interval = md.split("the interval of the optima's ratio gap/linear / cls/mlp_tanh (")[1].split(")")[0]
     low, high = (float(x) for x in interval.split(" to "))
     assert low < 0.25 < high < 0.375
-    assert (f"({interval}) excludes a shift as large as the learning rates Figure 9 shows (0.0003 vs 0.0008, "
-            "ratio 0.375), which are the lrs it plots, not located optima") in md
+    assert (f"({interval}) excludes a shift as large as the learning rates Figure 9 shows (0.0003 vs 0.0008; "
+            "two lrs it plots, not optima it located)") in md
+    sentence = md.split("the interval of the optima's ratio")[1].split("located)")[0]
+    assert "0.375" not in sentence  # the ratio of two plotted lrs is no optimum's ratio to exclude
     _, md = table(dataclasses.replace(CLS, shown_lrs=("Figure 9", {"gap/linear": 0.0005, "cls/mlp_tanh": 0.002})),
                   tmp_path)
     assert f"({interval}) does not exclude a shift as large as the learning rates Figure 9 shows" in md

@@ -187,7 +187,7 @@ def test_eval_at_another_resolution_writes_a_record(tmp_path, capsys):
     m = out["metrics"]
     assert 0 <= m["val/acc"] <= m["val/acc5"] <= 1 and m["val/loss"] > 0 and "val/fewshot1" in m
     assert out["img_size"] == 56 and out["source"]["trial"] == "src"
-    assert json.loads((run / "results.json").read_text())["eval"]["mnist5k@56px/zoom"] == {**m, **out["attention"]}
+    assert json.loads((run / "results.json").read_text())["eval"]["mnist5k@56px/both"] == {**m, **out["attention"]}
     # at the source's own resolution, eval's top-1 is the run's own validation accuracy (same split, same weights)
     assert cli.main(["eval", str(run), "--shots", "--out", str(tmp_path / "e.json")]) == 0
     fitted = json.loads((run / "results.json").read_text())["metrics"]["val/acc"]

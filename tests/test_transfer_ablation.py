@@ -93,7 +93,7 @@ def test_missing_sources_one_line_then_sources_transfer_and_table(tmp_path, monk
 
     rows = [[c.strip().strip("*") for c in line.strip("|").split("|")] for line in (out / "table.md").read_text().splitlines()]
     header = next(r for r in rows if r[:2] == ["pos_encoding", "pos_injection"])
-    assert header[2:6] == ["source (its resolution)", "new resolution, not fine-tuned", "shuffle drop", "accuracy"]
+    assert header[2:6] == ["source (its resolution)", "new resolution (both: resized), not fine-tuned", "shuffle drop", "accuracy"]
     row = next(r for r in rows if r[:2] == ["learned_2d", "stem"])
     assert row[2:6] == [cell("transfer/source_acc"), cell("transfer/start_acc"), cell("val/shuffle_drop"),
                         cell("val/acc_best")]

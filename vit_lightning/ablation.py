@@ -15,6 +15,7 @@ from typing import Any
 
 from vit_lightning.core.defaults import DEMO
 from vit_lightning.core.names import BEST_METRIC, SEED_KEY, SHUFFLE_DROP
+from vit_lightning.data.views import VIEWS
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES
 from vit_lightning.model.naming import FIRST, NAMING, NAMING_KEY, check_version
 from vit_lightning.model.position import where_acts
@@ -58,10 +59,17 @@ class Profile:
     # what each question's oracles reach without the route it names ({panel value: {oracle: accuracy}}): reference
     # rows, measured with data/oracles.py when the profile was designed
     ceilings: dict | None = None
+    # the evaluations its runs get without fine-tuning, as (target side, views) pairs (data/views.py: tokens, zoom,
+    # both): `vit-ablate eval RUN --declared` runs each, its table shows a column per side and view
+    views: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
     def __post_init__(self):
         if not self.grids or not self.seeds:
             raise ValueError(f"profile {self.name!r}: needs at least one grid block and one seed")
+        for side, views in self.views:
+            if not (isinstance(side, int) and side > 0 and views and set(views) <= set(VIEWS)):
+                raise ValueError(f"profile {self.name!r}: views are (target side, views) pairs, a side in pixels and "
+                                 f"views of {', '.join(VIEWS)}; got {(side, views)!r}")
         for block in self.grids:
             if not block or any(not isinstance(v, (list, tuple)) or not v for v in block.values()):
                 raise ValueError(f"profile {self.name!r}: each grid block maps keys to non-empty lists")
@@ -343,6 +351,15 @@ def selected_by(profile_name: str) -> str:
 def selector(value: Any) -> str | None:
     """The selecting profile's name when value is a `select:` value, else None."""
     return value[len(SELECT):] if isinstance(value, str) and value.startswith(SELECT) else None
+
+
+def beyond(tried: list[float], upward: bool) -> float:
+    """The next value past the largest (upward) or smallest of `tried` (two or more, positive), one step of the ratio
+    of the two values at that edge, as a doubling or halving grid steps on (0.2, 0.4 -> 0.8; 0.003, 0.01 -> 0.0009):
+    where a selection at the edge of its values goes next."""
+    ordered = sorted(tried)
+    inner, edge = (ordered[-2], ordered[-1]) if upward else (ordered[1], ordered[0])
+    return float(f"{edge * edge / inner:.3g}")  # 3 digits: 0.003 * 0.3 is 0.0009, not 0.0009000000000000001
 
 
 PACKAGE = "vit_lightning.ablations"  # installed from the top-level ablations/ folder (pyproject: package-dir)

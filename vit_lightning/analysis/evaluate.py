@@ -4,9 +4,11 @@ SOURCE is what `fit --model.init_from` takes (a run dir, a .ckpt, timm:NAME, tim
 defaults to the run's own; any `--data.*` option changes it (another dataset, another img_size), and the
 position encoding is resampled as fine-tuning would resample it. Another img_size zooms stored images (the content
 changes scale) unless `--data.resize=pad` centres them on a larger canvas; glyphs and translated_mnist are drawn at
-the new canvas, the content at its own scale. Each evaluation is filed under what it measured (evalkey.py: data,
-task and glyph scale, size, view, patch size), so one on another task or glyph scale is filed apart from the run's
-own. Several SOURCEs are evaluated in turn; evaluations of one run by several processes add to its record side by
+the new canvas, the content at its own scale. `--view tokens|zoom|both` at --data.img_size=N separates more tokens
+from zoom (data/views.py: the trained pixel scale on an N canvas; the content rescaled on the trained canvas; resized),
+and `--declared` runs every (size, view) the run's profile declares. Each evaluation is filed under what it measured
+(evalkey.py: data, task and glyph scale, size, view, patch size), so one on another task or glyph scale is filed
+apart from the run's own. Several SOURCEs are evaluated in turn; evaluations of one run by several processes add to its record side by
 side, and none works while a fit trains the run.
 `--model.patch_size=N` evaluates at another patch size, the patch kernel PI-resized (FlexiViT) and the encodings
 resampled to the new grid. `--pos-resample keep` keeps learned tables' trained entries instead of interpolating them,
@@ -40,6 +42,7 @@ import torch.nn.functional as F
 import yaml
 from typing_extensions import override
 
+from vit_lightning.ablation import load
 from vit_lightning.analysis import fewshot
 from vit_lightning.analysis.attention import readouts
 from vit_lightning.analysis.shuffle import PERMUTATIONS, block_error, shuffled_accuracy, validation_batches
@@ -49,6 +52,8 @@ from vit_lightning.core.evalkey import EvalKey
 from vit_lightning.core.files import now, write_atomic
 from vit_lightning.core.identity import plain
 from vit_lightning.core.names import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC
+from vit_lightning.data.datamodule import SOURCES
+from vit_lightning.data.views import VIEWS, geometry
 from vit_lightning.model.build import build_backbone
 from vit_lightning.model.family import ATTENTION_MAPS, DEFAULT_ARCH, FAMILIES, RESIZE, TOKEN_GRID, family_of
 from vit_lightning.model.position import set_frequency_rule
@@ -141,6 +146,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("source", nargs="+", help="a run dir, a .ckpt, timm:NAME or timm:NAME@FILE (several: each in turn)")
     p.add_argument("--model.patch_size", dest="patch_size", type=int, default=None,
                    help="evaluate at this patch size (the kernel PI-resized; default: the source's)")
+    p.add_argument("--view", choices=VIEWS, default=None,
+                   help="how the images meet the target side --data.img_size=N (data/views.py): tokens (the content at "
+                        "its trained scale on an N canvas: more tokens, a larger field), zoom (the content scaled by N "
+                        "over the trained side on the trained canvas: the same tokens) or both (resized to N, the "
+                        "published protocol); default: the data's own (resized; padded with --data.resize=pad; a "
+                        "dataset that draws, on the N canvas)")
+    p.add_argument("--declared", action="store_true",
+                   help="every evaluation the run's profile declares (its `views`: target sides, each in its views), "
+                        "one after another, instead of --data.img_size and --view")
     p.add_argument("--pos-resample", choices=RESAMPLE, default="bicubic",
                    help="how learned tables meet a new grid: interpolated (bicubic, bilinear, nearest) or keep (trained "
                         "entries kept bit for bit, offsets or positions beyond the trained range clamped to the edge)")
@@ -251,7 +265,7 @@ def run(args, changes: dict) -> tuple[dict, Path]:
     set_frequency_rule(vit, args.rope_scaling)  # before anything runs: a rule without RoPE is refused here
     beside = Path(about["file"]).parent if about.get("file") else Path(".")
     options = {**(data or {}), **changes}
-    key = eval_key(datamodule, options, data or {}, about)
+    key = eval_key(datamodule, options, data or {}, about, args.view)
     out = args.out or beside / f"{out_name(key).removesuffix('.json')}{_rule_suffix(args, '-')}.json"
     if args.out is None:
         check_writable(out, "the eval record")
@@ -271,26 +285,51 @@ def run(args, changes: dict) -> tuple[dict, Path]:
     return record, out
 
 
-def eval_key(datamodule, options: dict, own: dict, about: dict) -> EvalKey:
-    """What this evaluation measures, against the run's own data options `own` and image size (evalkey.py)."""
+def eval_key(datamodule, options: dict, own: dict, about: dict, view: str | None = None) -> EvalKey:
+    """What this evaluation measures, against the run's own data options `own` and image size (evalkey.py); with a
+    view (--view), that view at the target side options["img_size"]."""
     asks = bool(datamodule.source.tasks)  # data of several questions: its task and glyph scale name what was measured
     scale = options.get("glyph_scale") or 1
-    if asks and scale != (own.get("glyph_scale") or 1):
-        view = "zoom"  # drawn at another scale: the content changed scale, whatever the canvas
-    elif datamodule.img_size == about.get("trained_size"):
-        view = "native"
-    else:
-        view = "canvas" if datamodule.view == "canvas" else "zoom"
+    side = options["img_size"] if view else datamodule.img_size
+    same_side = datamodule.img_size == about.get("trained_size")
+    if view is None and asks and scale != (own.get("glyph_scale") or 1):  # drawn at another scale: content zoomed
+        view = "zoom" if same_side else "both"
+    elif view is None:
+        view = "native" if same_side else "tokens" if datamodule.view == "canvas" else "both"
     resized = about.get("patch_resize")
-    return EvalKey(str(options.get("name")), datamodule.img_size, view, options.get("task") if asks else None,
+    return EvalKey(str(options.get("name")), side, view, options.get("task") if asks else None,
                    scale if asks else None, resized["to"] if resized else None)
 
 
 def out_name(key: EvalKey) -> str:
-    """eval-<data>[-<task>-x<scale>]-<N>px[-canvas][-p<patch>].json: the record file of one evaluation, by its key."""
+    """eval-<data>[-<task>-x<scale>]-<N>px[-tokens|-zoom][-p<patch>].json: the record file of one evaluation, by its
+    key (resized, the data's plain way to another side, or native: no view in the name)."""
     asks = f"-{key.task}-x{key.scale}" if key.task is not None else ""
-    return (f"eval-{key.data}{asks}-{key.img_size}px" + ("-canvas" if key.view == "canvas" else "")
+    return (f"eval-{key.data}{asks}-{key.img_size}px" + (f"-{key.view}" if key.view in ("tokens", "zoom") else "")
             + (f"-p{key.patch}" if key.patch else "") + ".json")
+
+
+def viewed_data(options: dict, changes: dict, view: str | None, trained):
+    """The data module evaluated on: the run's data options with `changes`, and with a view, its validation images
+    as that view shows them at the target side changes["img_size"] (data/views.py)."""
+    if view is None:
+        return build_data(options, **changes)
+    target, given = changes.get("img_size"), {**options, **changes}
+    if not isinstance(trained, int) or isinstance(trained, bool):
+        raise ValueError(f"--view {view}: the run trained at {trained!r}, not one square side to view from")
+    if not isinstance(target, int) or target == trained:
+        raise ValueError(f"--view {view}: give the target side with --data.img_size=N, other than the {trained} px "
+                         "the run trained at")
+    if "resize" in changes or "glyph_scale" in changes or given.get("resize", "zoom") != "zoom":
+        raise ValueError(f"--view {view} decides how the images meet {target} px: leave --data.resize and "
+                         "--data.glyph_scale out (and a run trained on padded images has no view)")
+    resize, canvas = geometry(view, trained, target)
+    name = given.get("name", "mnist5k")
+    if view == "tokens" and name in SOURCES and SOURCES[name].renders:
+        return build_data(options, **changes)  # drawn on the target canvas: the content at its scale, a larger field
+    datamodule = build_data(options, **{**changes, "img_size": trained})  # as trained, then viewed
+    datamodule.view_at(resize, canvas)
+    return datamodule
 
 
 def _rule_suffix(args, sep: str) -> str:
@@ -333,7 +372,7 @@ def _resampled(args, changes: dict):
     source = read_source(args.source)
     if source.data is None and "name" not in changes:
         raise SourceError(f"{args.source} names no data: give --data.name (and --data.img_size)")
-    datamodule = build_data(source.data or {}, **changes)
+    datamodule = viewed_data(source.data or {}, changes, args.view, source.options.get("img_size"))
     patch = args.patch_size or source.options.get("patch_size")
     vit = build_backbone(**{**source.options, "img_size": datamodule.img_size, "in_chans": datamodule.in_chans,
                             "num_classes": datamodule.num_classes, "patch_size": patch})
@@ -353,7 +392,7 @@ def _as_trained(args, changes: dict):
     if trained.data_options is None and "name" not in changes:
         raise SourceError(f"{args.source} names no data: give --data.name (and --data.img_size)")
     model, config = trained.model.model, trained.model.model.config
-    datamodule = build_data(trained.data_options or {}, **changes)
+    datamodule = viewed_data(trained.data_options or {}, changes, args.view, config.img_size)
     size = config.img_size
     if (datamodule.img_size, datamodule.in_chans) != (size, config.in_chans):
         raise ValueError(f"{args.source}: a {config.arch} run is evaluated at its own image size and channels "
@@ -375,10 +414,40 @@ def add_eval(record: dict):
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
-    if len(args.source) > 1 and args.out is not None:
-        print("vit-ablate eval: error: --out names one file; give one source, or leave --out out", file=sys.stderr)
+    if (len(args.source) > 1 or args.declared) and args.out is not None:
+        print("vit-ablate eval: error: --out names one file; give one source and leave --declared out, or leave --out "
+              "out", file=sys.stderr)
         return 2
-    return max(evaluate_one(argparse.Namespace(**{**vars(args), "source": source}), extra) for source in args.source)
+    codes = []
+    for source in args.source:
+        try:
+            jobs = declared(source, args, extra) if args.declared else [(args.view, extra)]
+        except ValueError as error:
+            print(f"vit-ablate eval: error: {error}", file=sys.stderr)
+            codes.append(2)
+            continue
+        codes += [evaluate_one(argparse.Namespace(**{**vars(args), "source": source, "view": view}), more)
+                  for view, more in jobs]
+    return max(codes)
+
+
+def declared(source: str, args, extra: list[str]) -> list[tuple[str, list[str]]]:
+    """(view, options) of each evaluation the run's profile declares (Profile.views); ValueError (one line) else."""
+    if args.view is not None or any(arg.startswith("--data.img_size") for arg in extra):
+        raise ValueError("--declared takes its sizes and views from the run's profile: leave --view and "
+                         "--data.img_size out")
+    if source_kind(source) == "timm":
+        raise ValueError(f"--declared: {source} has no profile; give a run dir")
+    try:
+        config = (read_record(checkpoint_path(Path(source)).parent) or {}).get("config") or {}
+        names = (config.get("run.ablation"), config.get("run.profile"))
+        prof = load(str(names[0])).profile(str(names[1]))
+    except (RunDirError, ValueError, OSError) as error:
+        raise ValueError(f"--declared: {source}: its record names no profile with evaluations "
+                         f"({' '.join(str(error).split())})") from None
+    if not prof.views:
+        raise ValueError(f"--declared: profile {names[1]!r} of {names[0]} declares no evaluations (its `views`)")
+    return [(view, [*extra, f"--data.img_size={side}"]) for side, views in prof.views for view in views]
 
 
 def evaluate_one(args, extra: list[str]) -> int:

@@ -17,3 +17,5 @@ GRACE_ENV = "VIT_ABLATE_STOP_GRACE_S"  # seconds a stopped trial gets before SIG
 # a sweep slot's share of the machine's CPUs for loader workers: a trial uses at most this many (data.num_workers)
 WORKERS_ENV = "VIT_ABLATE_LOADER_WORKERS"
 SUMMARY_FIELDS = ("status", "trial", "started_at", "finished_at", "error")  # record fields mirrored into the W&B summary
+# after a record's `versions.commit` hash: the code it ran differed from that commit (uncommitted edits, new files)
+COMMIT_CHANGED = "+changes"

@@ -37,6 +37,7 @@ from vit_lightning.data.sources import (
     read_mnist5k,
     stratified_split,
 )
+from vit_lightning.data.views import Centred, centre
 
 __all__ = ["ImageDataModule", "ViTDataModule", "DATASETS", "AUGMENT_ON", "DECODE_ON", "random_crop_flip", "CIFAR10_STATS", "CIFAR100_STATS",
            "IMAGENET_STATS", "MNIST_STATS", "read_mnist5k"]
@@ -74,11 +75,11 @@ class BatchCollate:
     """
 
     def __init__(self, mean, std, size: int, pad: int = 0, flip: bool = False, augment=None, defer: bool = False,
-                 resize: str = "zoom"):
+                 resize: str = "zoom", canvas: int | None = None):
         self.mean = torch.tensor(mean).view(1, -1, 1, 1) * 255  # stats are in [0, 1] units
         self.std = torch.tensor(std).view(1, -1, 1, 1) * 255
         self.size, self.pad, self.flip, self.augment, self.defer = size, pad, flip, augment, defer
-        self.resize = resize
+        self.resize, self.canvas = resize, canvas  # canvas: resized to size, then centred there (data/views.py)
 
     def __call__(self, samples: list) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.stack([s[0] for s in samples])  # (B, C, H, W) uint8
@@ -105,6 +106,8 @@ class BatchCollate:
         x = x.float()
         if x.shape[-2:] != (self.size, self.size):
             x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False)
+        if self.canvas is not None and self.canvas != self.size:  # before normalising: the border is black
+            x = centre(x, self.canvas)
         mean, std = self._stats(x.device)
         return (x - mean) / std
 
@@ -252,6 +255,20 @@ class ImageDataModule(pl.LightningDataModule):
         if self._img_size == self.source.native_size or not self.source.in_memory:
             return "native"
         return "canvas" if self.hparams.resize == "pad" else "zoom"
+
+    def view_at(self, resize: int, canvas: int) -> None:
+        """Validation images (and the unaugmented training images probes read) resized to side `resize`, then centred
+        on a `canvas` side, cropped or zero-bordered: an evaluation view (data/views.py); img_size becomes `canvas`."""
+        if self.val_set is None:
+            raise RuntimeError("call setup() before choosing a view")
+        mean, std = self.source.stats
+        if self.source.in_memory:
+            self.val_collate = BatchCollate(mean, std, resize, canvas=canvas)
+        else:  # as the validation transform resizes (folder_transforms), then centred
+            self.val_set.transform = v2.Compose([v2.Resize(int(round(resize / 0.875)), antialias=True),
+                                                 v2.PILToTensor(), Centred(canvas)])
+            self.val_collate = BatchCollate(mean, std, canvas)
+        self._img_size = canvas
 
     @property
     def workers(self) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from vit_lightning.ablation import selector
+from vit_lightning.ablation import beyond, selector
 from vit_lightning.records.render import Report, Table
 from vit_lightning.records.stats import ALPHA, Comparison, fmt_p
 
@@ -96,52 +96,62 @@ BEST_REF = "the best cell (bold)"
 
 def selected(data: Data) -> str | None:
     """Per cell, the value each `select:` setting took in the averaged runs and what its selecting stage's records
-    here scored per candidate (censored: a choice at the edge of the candidates tried); None without such a setting."""
+    here scored per candidate (censored: a choice at the edge of the candidates tried; interior: inside them); None
+    without such a setting."""
     prof, used = data.profile, data.runs[data.runs["note"] == ""]
     keys, lines = list(prof.axes), []
     for key, value in sorted(prof.fixed.items()):
         if (stage := selector(value)) is None:
             continue
-        per_cell, censored = [], 0
+        per_cell, nexts = [], {}
         for index, cell in data.cells.iterrows():
             names = used[used["cell"] == index]["name"]
             chosen = {(data.records.get(n, {}).get("config") or {}).get(key) for n in names} - {None}
             scores = _scores(data, stage, key, {k: cell[k] for k in keys})
             edge = _edge(chosen, list(scores))
-            censored += bool(edge)
+            if edge:  # the value past it, as the values tried step there
+                nexts[cell_name(cell, keys)] = beyond(list(scores), upward=edge == LARGEST)
             text = ", ".join(sorted(map(fmt_value, chosen))) or "missing"
             listed = ", ".join(f"{fmt_value(v)}: {m:.3f}" for v, m in scores.items())
-            per_cell.append(f"{cell_name(cell, keys)} {text}" + (f" ({listed})" if listed else "")
-                            + (f", censored ({edge})" if edge else ""))
+            mark = f", censored ({edge})" if edge else ", interior" if len(chosen) == 1 and len(scores) >= 3 else ""
+            per_cell.append(f"{cell_name(cell, keys)} {text}" + (f" ({listed})" if listed else "") + mark)
         found = any(r.get("profile") == stage for r in data.records.values())
         lines.append(f"{label(key)} per cell in the averaged runs, which the {stage} stage chooses (the value whose "
                      f"runs score best on their own validation data; in brackets its runs' {data.ablation.metric} per "
-                     "value, mean over its runs)" + ("" if found else f" (no records of {stage} here)")
-                     + f": {'; '.join(per_cell)}" + _censored(data, stage, key, censored, len(per_cell)))
+                     "value, mean over its runs)"
+                     + ("" if found else f" (no records of {stage} here)")
+                     + f": {'; '.join(per_cell)}" + _censored(data, stage, key, nexts, len(per_cell)))
     return "; ".join(lines) or None
 
 
+LARGEST, SMALLEST = "the largest tried", "the smallest tried"
+
+
 def _edge(chosen: set, tried: list) -> str:
-    """'the largest tried' / 'the smallest tried' when the one chosen value is at that edge of 3 or more tried."""
+    """LARGEST / SMALLEST when the one chosen value is at that edge of 3 or more tried, else ''."""
     if len(chosen) != 1 or len(tried) < 3:
         return ""
     (value,) = chosen
-    return "the largest tried" if value == max(tried) else "the smallest tried" if value == min(tried) else ""
+    return LARGEST if value == max(tried) else SMALLEST if value == min(tried) else ""
 
 
-def _censored(data: Data, stage: str, key: str, censored: int, cells: int) -> str:
-    """The sentence on the censored choices, and the candidates of the stage's grid that no record here tried."""
-    if not censored:
+def _censored(data: Data, stage: str, key: str, nexts: dict, cells: int) -> str:
+    """The sentence on the censored choices: the candidates of the stage's grid that no record here tried, or, once
+    the grid has run, the value past each censored cell's edge that `sweep --extend-edges` trains next."""
+    if not nexts:
         return ""
     grid = {v for block in data.ablation.profiles[stage].grids for v in block.get(key, [])} \
         if stage in data.ablation.profiles else set()
     tried = {(r.get("config") or {}).get(key) for r in data.records.values() if r.get("profile") == stage}
     untried = sorted(grid - tried)
-    return (f"; censored in {censored} of {cells} cells: the held-out accuracy still rises at the edge of the values "
-            f"tried, so each such cell's best {label(key)} lies at or beyond its choice (a bound, not a located "
+    extend = "; ".join(f"{cell} {fmt_value(value)}" for cell, value in nexts.items())
+    return (f"; censored in {len(nexts)} of {cells} cells: the held-out accuracy still rises at the edge of the "
+            f"values tried, so each such cell's best {label(key)} lies at or beyond its choice (a bound, not a located "
             "optimum) and its accuracy may fall short of what a wider grid gives"
             + (f"; {stage} also lists {', '.join(map(fmt_value, untried))}, not run here (run {stage} again, then "
-               "this stage, to place the choice inside the grid)" if untried else ""))
+               "this stage, to place the choice inside the grid)" if untried else
+               f"; next past each edge ({extend}): `vit-ablate sweep {data.ablation.name} --profile {stage} "
+               "--extend-edges` trains them, then this stage again"))
 
 
 def _scores(data: Data, stage: str, key: str, cell: dict) -> dict:

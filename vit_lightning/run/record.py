@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,12 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from typing_extensions import override
 
+from vit_lightning.ablation import source_checkout
 from vit_lightning.compat.torch import compile_seconds
 from vit_lightning.core.checks import one_line
 from vit_lightning.core.files import now
 from vit_lightning.core.identity import number, plain
-from vit_lightning.core.names import BEST_METRIC
+from vit_lightning.core.names import BEST_METRIC, COMMIT_CHANGED
 from vit_lightning.model.naming import FIRST, NAMING_KEY
 from vit_lightning.run.callbacks import DivergenceStop, EpochClock, stop_signal
 from vit_lightning.run.rundir import load_record, write_record
@@ -28,13 +30,35 @@ HISTORY_KEYS = ("val/acc", "val/acc5", "val/loss", "train/loss", "train/acc")
 
 
 def versions() -> dict[str, str]:
+    """The versions that trained the run, and the commit of the source checkout it ran from (source_commit)."""
     import lightning
     import torchmetrics
 
     import vit_lightning
 
     return {"python": platform.python_version(), "torch": torch.__version__, "lightning": lightning.__version__,
-            "torchmetrics": torchmetrics.__version__, "vit_lightning": vit_lightning.__version__}
+            "torchmetrics": torchmetrics.__version__, "vit_lightning": vit_lightning.__version__, **source_commit()}
+
+
+CODE = ("vit_lightning", "ablations")  # what shapes a run: edits elsewhere (results, docs) leave its commit exact
+
+
+def source_commit() -> dict[str, str]:
+    """{"commit": HEAD's hash (COMMIT_CHANGED after it where the code differs)} of the git checkout this package
+    runs from; {} for an installed package, or where git cannot tell."""
+    root = source_checkout()
+    if root is None:
+        return {}
+    git = ["git", "-C", str(root)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
+        status = subprocess.run([*git, "status", "--porcelain", "--", *CODE], capture_output=True, text=True,
+                                timeout=30)
+    except (OSError, subprocess.SubprocessError):  # no git here, or it hangs
+        return {}
+    if head.returncode or status.returncode:
+        return {}
+    return {"commit": head.stdout.strip() + (COMMIT_CHANGED if status.stdout.strip() else "")}
 
 
 @torch.no_grad()

@@ -5,6 +5,8 @@ choices the model, data and run registries accept and the family or encoding tha
 encodings (position.ENCODINGS), the backbone families and their shared parts (family.FAMILIES, POOLINGS, HEADS,
 STEMS, the datasets), the ablations (ablations/) and the layers (floors.py). tests/test_docs.py fails when a
 committed page differs from what this module writes, so a page is regenerated, never edited: `vit-ablate docs`.
+It also rewrites the generated section of results/README.md: the commit each committed table's records were trained
+at (records/provenance.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from vit_lightning.model import ENCODINGS, FAMILIES, HEADS, INJECTION_OPTION, IN
 from vit_lightning.model.config import CONTRACT_OPTIONS, SharedOptions
 from vit_lightning.model.family import RESIZE
 from vit_lightning.model.position import NoEncoding, resize_note
+from vit_lightning.records import provenance
 from vit_lightning.run.module import Classifier
 from vit_lightning.run.options import choices_text, help_suffix, option_choices
 
@@ -313,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="vit-ablate docs", description=main.__doc__)
     p.add_argument("--out", type=Path, default=(checkout or Path()) / "docs" / "reference",
                    help="output directory (default: docs/reference/ of this source checkout, else ./docs/reference)")
+    p.add_argument("--results", type=Path, default=checkout / "results" if checkout else None,
+                   help="the results folder whose README.md's generated section lists the commit each table's records "
+                        "were trained at (default: results/ of this source checkout; none outside one)")
     p.add_argument("--check", action="store_true", help="exit 1 if a page is out of date; write nothing")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # fit's parser seeds: not news here
@@ -320,18 +326,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vit-ablate docs: error: --out {args.out} is a file; give a folder (the pages are written into it)",
               file=sys.stderr)
         return 2
-    want = pages()
-    changed = stale(args.out, want)
+    want = {args.out / name: text for name, text in pages().items()}
+    try:
+        want.update(trained_at(args.results))
+    except ValueError as error:
+        print(f"vit-ablate docs: error: {error}", file=sys.stderr)
+        return 2
+    changed = [path for path, text in want.items() if not path.is_file() or path.read_text() != text]
+    names = ", ".join(path.name if path.parent == args.out else str(path) for path in changed)
     if args.check:
         if changed:
-            print(f"vit-ablate docs: out of date in {args.out}: {', '.join(changed)}; run `vit-ablate docs`",
-                  file=sys.stderr)
+            print(f"vit-ablate docs: out of date in {args.out}: {names}; run `vit-ablate docs`", file=sys.stderr)
         return 1 if changed else 0
     try:
-        for name in changed:
-            write_atomic(args.out / name, want[name].encode())
+        for path in changed:
+            write_atomic(path, want[path].encode())
     except OSError as error:  # a file where a parent folder should be, no permission, a full disk
         print(f"vit-ablate docs: error: cannot write the pages into --out: {describe(error)}", file=sys.stderr)
         return 2
-    print(f"vit-ablate docs: {len(changed)} page(s) updated in {args.out}" + (f": {', '.join(changed)}" if changed else ""))
+    print(f"vit-ablate docs: {len(changed)} page(s) updated in {args.out}" + (f": {names}" if changed else ""))
     return 0
+
+
+def trained_at(results: Path | None) -> dict[Path, str]:
+    """{results/README.md: its text with the section listing each table's commit rewritten}; {} without the page;
+    ValueError (one line) when the page lacks the section's markers."""
+    page = results / "README.md" if results is not None else None
+    if page is None or not page.is_file():
+        return {}
+    try:
+        return {page: provenance.with_section(page.read_text(), results)}
+    except ValueError as error:
+        raise ValueError(f"--results {results}: {page.name}: {error}") from None

@@ -1,10 +1,11 @@
 """The extrapolation view: each run evaluated on larger canvases at a fixed content scale, against the factor.
 
-`vit-ablate eval RUN --data.img_size=N --into-record` on a canvas (`<data>@<N>px/canvas`, the default grid rules)
-stores top-1 and the attention read-outs (per block mean entropy and distance in tokens, `attn/...`). The factor is
-the canvas side over the side trained at (tokens per side over trained tokens per side). Figures: accuracy against
-the factor (a panel per task, a line per cell, seed bands), and the read-outs against it; a sentence says, per cell,
-whether a fall coincides with entropy drift (attention spreading towards uniform, or collapsing).
+`vit-ablate eval RUN --data.img_size=N --into-record` on a canvas (the tokens view, `<data>@<N>px/tokens`, or
+`/canvas` before the views were named; the default grid rules) stores top-1 and the attention read-outs (per block
+mean entropy and distance in tokens, `attn/...`). The factor is the canvas side over the side trained at (tokens
+per side over trained tokens per side). Figures: accuracy against the factor (a panel per task, a line per cell,
+seed bands), and the read-outs against it; a sentence says, per cell, whether a fall coincides with entropy drift
+(attention spreading towards uniform, or collapsing).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def canvas_points(record: dict) -> dict[float, dict[str, float]]:
         out[1.0] = {"acc": own}
     for key, metrics in (record.get("eval") or {}).items():
         measured = parse(key)  # the run's own task and scale on a canvas, at the default grid rules only
-        if not (measured and measured.view in ("canvas", "native") and not measured.rules and measured.of_run(config)
-                and (measured.view == "canvas" or not measured.earlier)) or not isinstance(metrics, dict):
+        if not (measured and measured.view in ("tokens", "native") and not measured.rules and measured.of_run(config)
+                and (measured.view == "tokens" or not measured.earlier)) or not isinstance(metrics, dict):
             continue
         point = out.setdefault(measured.img_size / size, {})
         for field, name in (("acc", "val/acc"), ("entropy", "attn/entropy"), ("distance", "attn/distance"),

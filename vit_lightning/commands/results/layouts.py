@@ -514,7 +514,7 @@ def _shown_shift(ab, fits: dict) -> list[str]:
         lines.append(f"the interval of the optima's ratio {g} / {fitted[0]} ({low:.3g} to {high:.3g}) "
                      + ("excludes" if not low <= theirs <= high else "does not exclude")
                      + f" a shift as large as the learning rates {figure} shows ({fmt_value(shown[g])} vs "
-                     f"{fmt_value(shown[fitted[0]])}, ratio {theirs:.3g}), which are the lrs it plots, not located optima")
+                     f"{fmt_value(shown[fitted[0]])}; two lrs it plots, not optima it located)")
     return lines
 
 

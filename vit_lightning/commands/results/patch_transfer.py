@@ -4,8 +4,8 @@ The numbers come from `vit-ablate eval RUN --model.patch_size=N --into-record` (
 position table resampled to the new grid), which stores top-1 in the record under `eval["<data>@<px>px/native/p<N>"]`; a
 run at its own patch size reads its own `val/acc`. Rows: the trained patch size; columns: the evaluated one. Its
 control rows read `vit-ablate eval RUN --model.patch_size=N --data.img_size=S --into-record` with S the trained grid's
-side times N (`eval["<data>@<S>px/zoom/p<N>"]`): image and patch scaled together, the grid kept (keys of before,
-without the view, read the same: evalkey.py).
+side times N (`eval["<data>@<S>px/both/p<N>"]`, `/zoom/p<N>` before the views were named): image and patch scaled
+together, the grid kept (keys of before, without the view, read the same: evalkey.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _accuracy(record: dict, patch: int, same_grid: bool = False) -> float | None
     size = same_grid_size(record, patch) if same_grid else config.get("model.img_size")
     for name, metrics in (record.get("eval") or {}).items():
         key = parse(name)  # the run's own data at that size and patch, the images as trained or resized
-        if key and key.patch == patch and key.img_size == size and key.view != "canvas" and key.of_run(config):
+        if key and key.patch == patch and key.img_size == size and key.view in ("native", "both") and key.of_run(config):
             return (metrics or {}).get("val/acc")
     return None
 

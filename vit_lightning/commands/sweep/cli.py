@@ -64,6 +64,10 @@ def parser() -> argparse.ArgumentParser:
                    help="N trials share each GPU (group): N local slots or N W&B agents per group, each with its "
                         "share of the CPUs for loader workers (small models leave a GPU mostly idle); refused where no GPU is "
                         "visible (on the CPU: --parallel N)")
+    p.add_argument("--extend-edges", action="store_true",
+                   help="a selection stage (transfer's *_select): train each cell whose best value is the largest or "
+                        "smallest tried at the next value past that edge, stepping as the grid does (0.2, 0.4 -> 0.8), "
+                        "and no other trial; cells whose best is interior are left as they are")
     p.add_argument("--trial-config", type=int, metavar="N",
                    help="print trial N's full fit config (YAML for `vit-ablate fit --config`, e.g. under srun); "
                         "run nothing")
@@ -204,6 +208,8 @@ def prepare(args) -> list[dict]:
         except SweepError as err:
             raise SweepError(f"{label}: {err}") from None
         prepared.append((label, config))
+    if args.extend_edges:
+        prepared = extended(prepared, args.ablations_dir)
     options = f" --ablations-dir {args.ablations_dir}" if args.ablations_dir else ""
     select.resolve([config for _, config in prepared], args.ablations_dir, options)  # a `select:` value, chosen
     for label, config in prepared:
@@ -212,6 +218,20 @@ def prepare(args) -> list[dict]:
         except SweepError as err:
             raise SweepError(f"{label}: {err}") from None
     return [config for _, config in prepared]
+
+
+def extended(prepared: list[tuple[str, dict]], directory: Path | None) -> list[tuple[str, dict]]:
+    """--extend-edges: the selection stage's configs cut to each edge cell's next value, what each cell adds said."""
+    try:
+        configs, lines = select.extend_edges([config for _, config in prepared], directory)
+    except ValueError as err:  # SweepError is one; an unknown ablation or profile too
+        raise SweepError(str(err) if isinstance(err, SweepError) else f"--extend-edges: {err}") from None
+    for line in lines:
+        print(f"vit-ablate sweep: --extend-edges: {line}", file=sys.stderr, flush=True)
+    if not configs:
+        print("vit-ablate sweep: --extend-edges: every cell's best lies inside the values tried: nothing to train",
+              file=sys.stderr, flush=True)
+    return [(config["name"], config) for config in configs]
 
 
 def checked_trials(configs: list[dict], args, gpus: int = 0) -> list[trials.Trial]:
@@ -288,7 +308,7 @@ def print_local_sbatch(configs: list[dict], args) -> int:
     repair.check([], searches, args.repair, True, log=lambda m: print(m.replace("without --dry-run", "in the job"),
                                                                     file=sys.stderr))
     flags = [flag for flag, on in (("--retry-failed", args.retry_failed), ("--fresh-processes", args.fresh_processes),
-                                   ("--repair", args.repair)) if on]
+                                   ("--repair", args.repair), ("--extend-edges", args.extend_edges)) if on]
     options = [("--parallel", parallel), ("--trials-per-gpu", per_gpu_option(args)),
                ("--seed", args.seed or None),  # a random or bayes sweep's draws
                ("--seeds-per-point", args.seeds_per_point), ("--confirm", args.confirm and ",".join(map(str, args.confirm)))]
@@ -414,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         configs = prepare(args)
+        if args.extend_edges and not configs:
+            return 0
         if args.trial_config is not None:
             return print_trial_config(checked_trials(configs, args), args.trial_config)
         backend = args.backend
