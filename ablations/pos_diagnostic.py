@@ -80,7 +80,7 @@ TASKS_EPOCHS = 8
 # evaluation at 168 px 26 s (800 images at 785 tokens, 16 read-out images, 5 s of it the process start, which the
 # sweep's worker saves), at 36 px 7 s. Scaled per canvas by the forward's cost (linear in tokens, attention squared):
 # 41 s of evaluations per run of seeds 0-2, 39 s per extra rule. On 2 idle cores (684 images/s): training 84 min,
-# evaluations 50 min, about 2 h 15 min in all (3 h 30 min at the shared cores' rate). Over the issue's 60-90 min:
+# evaluations 50 min, about 2 h 15 min in all (3 h 30 min at the shared cores' rate). Over the 60-90 min aimed at:
 # trimmed so far, 8 epochs (not 10), the controls off position_free (15 runs), canvases on 3 of the 5 seeds (the
 # curves are described, not tested); what is left would cost a requirement: 3 training seeds (-34 min) or no 168 px
 # canvas (-26 min).
