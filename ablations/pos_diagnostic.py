@@ -26,7 +26,15 @@ patch that its partners all lie on one side, so any encoding that sees signed of
   the same distances: absolute and relative at chance.
 - peg (zero border): both answered; peg with circular padding: relative answered, absolute at chance (no border:
   the convolution is the same at every place of the wrapped grid).
+- lookhere_180/90/45 (directional head masks with distance penalties): relative answered (each head looks one way,
+  so left is told from right; lookhere_45 below lookhere_90, its 4 heads leaving half of the octants unseen);
+  absolute only through the field-of-view borders, below the learned tables.
+- fire_2d (a learned function of signed, progressively interpolated offsets): relative answered; absolute through
+  each query's reach to the border, below the learned tables.
 - position_free: every encoding within the margin of none, or below it (harm).
+Each run of seeds 0-2 is then evaluated by the sweep on canvases of 6 to 28 tokens per side (36 to 168 px, glyphs at
+their trained size), every encoding by its own rule for a new grid beside eval's defaults (TASKS_CANVASES), with the
+attention read-outs; expected there: TASKS_CANVASES_EXPECTED. The absolute task's quadrants scale with the canvas.
 
 Run:  vit-ablate sweep pos_diagnostic --profile pilot     # 1 seed, none and learned_1d, each task
       vit-ablate sweep pos_diagnostic                     # every encoding x 3 tasks x 5 seeds, CPU
@@ -34,35 +42,22 @@ Run:  vit-ablate sweep pos_diagnostic --profile pilot     # 1 seed, none and lea
           vit-ablate eval "$run" --data.img_size=$px --shots --into-record; done; done
       vit-ablate table pos_diagnostic                     # per task: vs none, vs the best, equivalence, canvases
       vit-ablate sweep pos_diagnostic --profile gpu       # ViT-S/16 on a 224 px canvas (196 tokens), one GPU
-      vit-ablate sweep pos_diagnostic --profile tasks     # version-2 tasks, fresh images, the controls, CPU
+      vit-ablate sweep pos_diagnostic --profile tasks     # version-2 tasks, fresh images, the controls, the
+                                                          # canvases evaluated after each run; --dry-run: its time
       vit-ablate table pos_diagnostic --profile tasks --out results/pos_diagnostic/tasks
 """
 
 import dataclasses
 
-from vit_lightning.ablation import METRIC, SHUFFLE_COLUMN, Ablation, profile
+from vit_lightning.ablation import METRIC, SHUFFLE_COLUMN, Ablation, Evaluations, profile
 
 ENC, TASK = "model.pos_encoding", "data.task"
 # every encoding the project offers, each at the stem (the relative and rotary ones act in every block from there)
 ENCODINGS = ["none", "learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d", "rope_axial",
              "rope_mixed", "alibi_2d", "peg"]
 TASKS = ["absolute", "relative", "position_free"]
-# Encodings added since the committed draw, for the next profile, each with its pattern expected before its first run
-# (task: expected). Evaluate their canvases as the others; RoPE's frequency rules are eval options (--rope-scaling).
-SINCE_COMMITTED = {
-    "lookhere_180": {"absolute": "above chance only through the field-of-view borders (a head looking left from the "
-                                 "left column sees itself alone), below the learned tables",
-                     "relative": "answers: its heads look one way each, so it tells left from right (ALiBi cannot)",
-                     "canvases": "holds best of the biases: the same masks and slopes at longer distances"},
-    "lookhere_90": {"absolute": "as lookhere_180", "relative": "answers, as lookhere_180",
-                    "canvases": "as lookhere_180"},
-    "lookhere_45": {"absolute": "as lookhere_180", "relative": "answers, below lookhere_90 with 4 heads (half of "
-                                                               "the octants unseen)", "canvases": "as lookhere_180"},
-    "fire_2d": {"absolute": "above chance through each query's reach to the border (its normaliser), left and right "
-                            "alike, so below the learned tables",
-                "relative": "answers: signed per-axis offsets",
-                "canvases": "holds near the trained offsets; far queries read rescaled offsets (FIRE interpolates)"},
-}
+# Encodings added since the committed draw: they run in the `tasks` profile, their expected verdicts below
+SINCE_COMMITTED = ["lookhere_180", "lookhere_90", "lookhere_45", "fire_2d"]
 GLYPHS = {"data.name": "glyphs", "model.pos_injection": "stem"}
 # 36 px at patch 6: 36 tokens, the smallest grid the benchmark asks for; 3,200 training images a task, 6 epochs:
 # in the pilot, rope_axial answered the relative task by epoch 2 while learned_1d left chance only after epoch 4
@@ -74,29 +69,84 @@ DEMO_SCOPE = ("What it can say: for a micro ViT (width 64, 4 blocks) trained 6 e
 POOL, PAD = "model.pooling", "model.peg_padding"
 # Version-2 tasks, a new training set every epoch (3,200 images, never seen twice), validation fixed (800 images).
 # Budget from the pilot (learned_1d on the version-2 absolute task, fresh images, seed 0): 0.25, 0.25, 0.28, 0.65,
-# 0.98, 0.998, then 1.0 at epochs 7-12 (the learned table leaves its N(0, 0.02) start after epoch 3); 10 epochs leave
-# the slower cells four more, and the table flags any still rising. Projected: 195 runs x 32,000 images at about 700
-# images/s per core (the pilot's last epoch: 684 on one core, drawing its fresh images included; the demo's fixed
-# images: 910) on 2 cores, about 80 minutes with validation, before the canvas evaluations.
-TASKS_EPOCHS = 10
+# 0.98, 0.998, then 1.0 at epochs 7-12 (the learned table leaves its N(0, 0.02) start after epoch 3); 8 epochs leave
+# two after its plateau, the two the still-rising flag reads (a slower cell is flagged, not ranked). 10 were planned;
+# 8 is a trim for the time below.
+TASKS_EPOCHS = 8
+# Projected time, counted and measured: 240 runs (48 cells x 5 seeds) x 8 epochs of 3,200 fresh images + 800
+# validation; 1,299 evaluations (the 144 runs of seeds 0-2 at 6 canvases, 435 more for the RoPE and kept-table rules at
+# the 5 larger ones). Per core (one thread, CPU time, on 2 cores shared with other work): training 440 images/s
+# (rope_mixed at 36 px, 40 batches of 32, fresh images drawn; the pilot's idle core: 684 for learned_1d); one
+# evaluation at 168 px 26 s (800 images at 785 tokens, 16 read-out images, 5 s of it the process start, which the
+# sweep's worker saves), at 36 px 7 s. Scaled per canvas by the forward's cost (linear in tokens, attention squared):
+# 41 s of evaluations per run of seeds 0-2, 39 s per extra rule. On 2 idle cores (684 images/s): training 84 min,
+# evaluations 50 min, about 2 h 15 min in all (3 h 30 min at the shared cores' rate). Over the 60-90 min aimed at:
+# trimmed so far, 8 epochs (not 10), the controls off position_free (15 runs), canvases on 3 of the 5 seeds (the
+# curves are described, not tested); what is left would cost a requirement: 3 training seeds (-34 min) or no 168 px
+# canvas (-26 min).
+TASKS_PROJECTED = ("about 2 h 15 min on 2 idle cores: 240 runs x 8 epochs (84 min at 684 images/s per core) and "
+                   "1,299 evaluations on seeds 0-2 (50 min); ablations/pos_diagnostic.py says how it was measured")
 TASKS_FIXED = {**DEMO, "data.glyph_version": 2, "data.fresh": True, "trainer.max_epochs": TASKS_EPOCHS}
 TASKS_GRIDS = (
-    {ENC: ENCODINGS, TASK: TASKS, POOL: ["cls"], PAD: ["zeros"]},
+    {ENC: ENCODINGS + SINCE_COMMITTED, TASK: TASKS, POOL: ["cls"], PAD: ["zeros"]},
     # the controls: RoPE without the [class] token (no unrotated token to carry absolute place), PEG without a border
-    {ENC: ["rope_axial", "rope_mixed"], TASK: TASKS, POOL: ["gap"], PAD: ["zeros"]},
-    {ENC: ["peg"], TASK: TASKS, POOL: ["cls"], PAD: ["circular"]},
-    # room for: lookhere and fire (their own block), RoPE with a rotated [class] token, and the canvases of 6 to 28
-    # tokens per side evaluated with each encoding's rule (RoPE frequency scaling, offset-keeping resampling) and the
-    # attention read-outs: cells and evaluations added with them, before the profile's first run
+    # on the questions with a place to answer (position_free has none: a control there removes nothing)
+    {ENC: ["rope_axial", "rope_mixed"], TASK: TASKS[:2], POOL: ["gap"], PAD: ["zeros"]},
+    {ENC: ["peg"], TASK: TASKS[:2], POOL: ["cls"], PAD: ["circular"]},
 )
+# Each run evaluated after it trains (the sweep runs them) on canvases of 6 (trained), 8, 10, 14, 20 and 28 tokens per
+# side at the trained glyph size: eval's default rules everywhere (learned tables interpolated, relative_bias_2d's
+# offset table interpolated, RoPE extended plain, the others rebuilt for the grid), and beside them each encoding's
+# own rule for a larger grid: RoPE's frequencies NTK-aware or YaRN-scaled, the learned tables and relative_bias_2d's
+# offsets kept (trained entries bit for bit, beyond them the edge's). The attention read-outs (entropy, distance) of 16
+# images at every canvas; no few-shot, no shuffle (the 36 px shuffle drop is fit's).
+TASKS_CANVASES = Evaluations(
+    sizes=(36, 48, 60, 84, 120, 168),
+    rules=tuple((cell, rule) for cell, rules in (
+        ({ENC: ["rope_axial", "rope_mixed"]}, (("--rope-scaling", "ntk"), ("--rope-scaling", "yarn"))),
+        ({ENC: ["learned_1d", "learned_2d", "relative_bias_2d"]}, (("--pos-resample", "keep"),)),
+    ) for rule in rules),
+    options=("--shots", "--shuffle-perms", "0", "--attention-images", "16"),
+    seeds=(0, 1, 2))  # the curves and their seed bands from 3 of the 5 seeds: the projected time below
+# The tasks profile's expected verdicts, written before its first run (the docstring says why), as its verdict grid
+# names the cells: encoding/pooling/padding
+ANSWERS = ("learned_1d", "learned_2d", "sincos_2d", "relative_1d", "relative_bias_2d", "rope_axial", "rope_mixed", "peg")
+BELOW_TABLES = "answers, below the learned tables"
+TASKS_EXPECTED = {
+    "absolute": {"none/cls/zeros": "baseline, at chance", **{f"{e}/cls/zeros": "answers" for e in ANSWERS},
+                 "rope_axial/gap/zeros": "answers", "rope_mixed/gap/zeros": "answers",
+                 "alibi_2d/cls/zeros": "equivalent: both at chance", "peg/cls/circular": "equivalent: both at chance",
+                 # a head looking left from the left column sees itself alone: place only through the borders
+                 **{f"lookhere_{d}/cls/zeros": BELOW_TABLES + " (field-of-view borders)" for d in (180, 90, 45)},
+                 # each query's reach to the border is its normaliser: left and right alike
+                 "fire_2d/cls/zeros": BELOW_TABLES + " (its reach to the border)"},
+    "relative": {"none/cls/zeros": "baseline, at chance", **{f"{e}/cls/zeros": "answers" for e in ANSWERS},
+                 "rope_axial/gap/zeros": "answers", "rope_mixed/gap/zeros": "answers", "peg/cls/circular": "answers",
+                 "alibi_2d/cls/zeros": "equivalent: both at chance",  # distance alone: every relation has a mirror
+                 # each head looks one way, so left is told from right
+                 "lookhere_180/cls/zeros": "answers", "lookhere_90/cls/zeros": "answers",
+                 "lookhere_45/cls/zeros": "answers, below lookhere_90 (4 heads: half of the octants unseen)",
+                 "fire_2d/cls/zeros": "answers"},  # signed per-axis offsets
+    "position_free": {f"{e}/cls/zeros": "equivalent, or below none (harm)" for e in ENCODINGS[1:] + SINCE_COMMITTED},
+}
+# and on the larger canvases (the extrapolation figure; the absolute task's quadrants scale with the canvas)
+TASKS_CANVASES_EXPECTED = {
+    "lookhere_180, lookhere_90, lookhere_45": "hold best of the biases: the same masks and slopes at longer distances",
+    "fire_2d": "holds near the trained offsets; far queries read rescaled offsets (FIRE interpolates)",
+    "rope_axial, rope_mixed": "with GAP keep the relative answer where the [class]-token cells lose it; NTK and YaRN "
+                              "no worse than plain extension",
+    "relative_bias_2d": "holds with its offsets kept (keep), falls with its table interpolated (offsets rescaled)",
+}
 # held-out accuracy of each question's oracles on 2,000 (3,000 for position_free) version-2 renders at 36 px, with
 # data/oracles.py: on absolute and relative only one glyph's place is above chance (a glyph beside an edge has its
 # partner on the inner side, on any bounded canvas); on position_free the bag is what a position-blind model reaches
-# (it is the content route): 0.42 after 600 steps, 0.81 after 1,500, so none should land about there
+# (it is the content route). At the first noise level (glyphs.PF_NOISE 0.55) the bag reached 0.81 after 1,500 steps
+# and 0.89 after 4,000, and none about 0.94: too easy to show harm. At 0.70 the bag reaches 0.448 after 1,500 steps
+# and 0.748 after 4,000 (none, a better learner than the bag, about 0.05 above it at 0.55: expected about 0.8)
 TASKS_CEILINGS = {"absolute": {"configuration": 0.25, "bag of patches": 0.25},
                   "relative": {"solid glyph's place": 0.432, "checkered glyph's place": 0.426, "distance": 0.234,
                                "bag of patches": 0.242, "glyphs sharing a patch (share of images)": 0.0},
-                  "position_free": {"bag of patches, trained 1,500 steps of 128 (a proxy for none)": 0.811}}
+                  "position_free": {"bag of patches, trained 4,000 steps of 128 (a proxy for none)": 0.748}}
 TASKS_SCOPE = ("What it can say: for a micro ViT (width 64, 4 blocks) trained on new glyph images every epoch, "
                "which encodings answer each question by the route it names, and which mechanism (the [class] token, "
                "PEG's zero border) carries an answer. What it cannot say: how they rank on natural images or at scale.")
@@ -119,9 +169,12 @@ ABLATION = Ablation(
               "relative": "the relative and rotary encodings at least as good as the learned tables, and keeping "
                           "their accuracy on the larger canvases",
               "position_free": "every encoding equivalent to none"},
-    expected_verdicts={"absolute": {"none": "baseline, at chance", **{e: "answers" for e in ENCODINGS[1:]}},
-                       "relative": {e: "answers" for e in ("relative_1d", "relative_bias_2d", "rope_axial", "rope_mixed")},
-                       "position_free": {e: "equivalent" for e in ENCODINGS[1:]}},
+    # the demo's cells by encoding, the tasks profile's by encoding/pooling/padding (TASKS_EXPECTED)
+    expected_verdicts={"absolute": {"none": "baseline, at chance", **{e: "answers" for e in ENCODINGS[1:]},
+                                    **TASKS_EXPECTED["absolute"]},
+                       "relative": {**{e: "answers" for e in ("relative_1d", "relative_bias_2d", "rope_axial",
+                                                              "rope_mixed")}, **TASKS_EXPECTED["relative"]},
+                       "position_free": {**{e: "equivalent" for e in ENCODINGS[1:]}, **TASKS_EXPECTED["position_free"]}},
     chance=0.25,
     equivalence_note="±0.02 is 16 of the 800 validation images, about one run's binomial standard error on them "
                      "(0.018 at accuracy 0.5): a smaller difference is one the validation set cannot resolve",
@@ -137,7 +190,8 @@ ABLATION = Ablation(
         "tasks": dataclasses.replace(
             profile("demo", TASKS_GRIDS, fixed=TASKS_FIXED, seeds=range(5),
                     description="version-2 glyphs at 36 px, fresh images every epoch, micro ViT/6, CPU", scope=TASKS_SCOPE),
-            name="tasks", settle=True, ceilings=TASKS_CEILINGS),
+            name="tasks", settle=True, ceilings=TASKS_CEILINGS, evaluations=TASKS_CANVASES,
+            projected=TASKS_PROJECTED),
         "gpu": dataclasses.replace(profile("cifar10", {ENC: ENCODINGS, TASK: TASKS},
                        fixed={**GLYPHS, "data.img_size": 224, "data.glyph_scale": 4, "data.randaugment": False,
                               "data.num_workers": 4, "model.patch_size": 16, "model.variant": "S",

@@ -104,9 +104,6 @@ def where_it_acts(cell: dict) -> str | None:
 ABLATION = Ablation(
     name="pos_encoding",
     naming=1,  # the naming rule its committed runs were named by: their names and sweep YAMLs stay
-    # registered after these profiles were committed: the position benchmark (pos_diagnostic) is where they run
-    not_swept={ENC: {name: "added after the committed profiles; pos_diagnostic's next profile runs it"
-                     for name in ("lookhere_180", "lookhere_90", "lookhere_45", "fire_2d")}},
     title="Position encoding and where it is injected",
     source="Table 8 (appendix D.4)",
     finding="Any position encoding beats none; 1-D, 2-D and relative encodings perform alike.",

@@ -25,6 +25,9 @@ def test_a_records_canvases_become_points_by_factor():
     assert sorted(points) == [1.0, 168 / 36]  # a zoom and another grid rule are not this curve
     assert points[1.0] == {"acc": 0.9, "entropy": 2.0, "distance": 1.5, "tokens": 37}  # its own val/acc at 1
     assert points[168 / 36]["acc"] == 0.3
+    kept = canvas_points(record, "/keep")  # the kept table's curve: the same start, its own larger canvas
+    assert sorted(kept) == [1.0, 168 / 36] and kept[1.0]["acc"] == 0.9 and kept[168 / 36]["acc"] == 0.5
+    assert canvas_points(record, "/rope-ntk") == {1.0: points[1.0]}  # no evaluation with that rule: no curve
 
 
 def test_a_fall_is_told_apart_by_whether_entropy_drifted():
@@ -46,11 +49,14 @@ def test_the_table_draws_the_curves_and_says_which_fall_drifted(tmp_path):
             record["metrics"]["val/acc"] = 0.85
             record["eval"] = {"mnist5k@36px/canvas": _canvas(0.85, 2.0, 37),
                               "mnist5k@168px/canvas": _canvas(far + 0.01 * seed, entropy, 785)}
+            if encoding == "learned_1d":  # its table kept, beside interpolated: a curve of its own
+                record["eval"]["mnist5k@168px/canvas/keep"] = _canvas(0.8, 2.1, 785)
             path.write_text(json.dumps(record))
     out, md = table(ab, tmp_path)
     # learned_1d: 2.0 / log 37 = 0.55 of uniform at 1x, 5.5 / log 785 = 0.83 at 4.67x
     assert "learned_1d falls with entropy drift (0.850 -> 0.405 at 4.67x, entropy 0.55 -> 0.83 of uniform)" in md
     assert "none holds (0.850 -> 0.845 at 4.67x" in md
+    assert "learned_1d (keep) holds (0.850 -> 0.800 at 4.67x, entropy 0.55 -> 0.32 of uniform)" in md
     assert (out / "extrapolation.png").stat().st_size > 0 and (out / "attention_readouts.png").stat().st_size > 0
 
 

@@ -94,7 +94,7 @@ def test_a_killed_trial_reports_the_signal_and_a_bad_command_its_exit_code(worke
     assert "nope" in (tmp_path / "log2").read_text()
     with pytest.raises(ValueError, match="vit-ablate commands only"):
         worker.start(["/bin/true"], dict(os.environ))
-    with pytest.raises(ValueError, match="runs `vit-ablate fit` only, not table"):
+    with pytest.raises(ValueError, match="runs `vit-ablate fit` and `eval` only, not table"):
         worker.start(executable(("vit-ablate", "table", "pos_encoding")), dict(os.environ))
 
 
@@ -108,3 +108,23 @@ def test_a_forked_ddp_trial_starts_its_other_rank_with_the_trials_own_command(wo
     assert proc.wait() == 0, log.read_text()[-3000:]
     record = record_of(root)
     assert (record["status"], record["compute"]["num_devices"]) == ("completed", 2)
+
+
+@pytest.mark.slow
+def test_a_forked_evaluation_measures_what_a_fresh_eval_process_measures(worker, tmp_path, tiny_fit):
+    """A profile's declared evaluations run forked from the slot's worker (ablation.Evaluations): `vit-ablate eval`
+    there adds to the run's record the numbers a fresh eval process writes."""
+    args = (*tiny_fit(3, 2), "--trainer.max_epochs=1", "--run.trial=t")
+    fit = subprocess.run(fit_argv(tmp_path, *args), capture_output=True, text=True)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    [run] = tmp_path.glob("*/*/t")
+    evaluate = ("vit-ablate", "eval", str(run), "--shots", "--shuffle-perms", "0", "--attention-images", "2")
+    fresh = subprocess.run(executable((*evaluate, "--out", str(tmp_path / "fresh.json"))), capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    log = tmp_path / "eval.log"
+    with open(log, "wb") as out:
+        assert worker.start(executable((*evaluate, "--into-record")), dict(os.environ), stdout=out).wait() == 0, \
+            log.read_text()[-2000:]
+    measured = json.loads((tmp_path / "fresh.json").read_text())
+    [(key, filed)] = record_of(tmp_path)["eval"].items()
+    assert key == measured["key"] and filed["val/acc"] == measured["metrics"]["val/acc"]

@@ -18,8 +18,10 @@ def test_an_eval_filed_into_the_record_is_read_at_its_size_and_a_patch_size_eval
         key = EvalKey("mnist5k", size, view, patch=patch)
         add_eval({"key": str(key), "metrics": {"val/acc": acc}})(record)  # what `eval RUN --into-record` does
     record["eval"]["cifar10@21px/zoom"] = {"val/acc": 0.0}  # another dataset: not this run's resolution view
+    record["eval"] = {"mnist5k@42px/tokens/keep": {"val/acc": 0.2}, **record["eval"]}  # another grid rule, filed first
     assert set(record["eval"]) == {"mnist5k@21px/both", "mnist5k@56px/both", "mnist5k@28px/native/p4",
-                                   "mnist5k@42px/tokens", "mnist5k@56px/zoom-only", "cifar10@21px/zoom"}
+                                   "mnist5k@42px/tokens", "mnist5k@56px/zoom-only", "cifar10@21px/zoom",
+                                   "mnist5k@42px/tokens/keep"}
     assert accuracy_by_size(record) == {(28, ""): 0.9, (21, "both"): 0.4, (56, "both"): 0.3, (42, "tokens"): 0.7,
                                         (56, "zoom"): 0.5}
     # the keys of before read as the views they were: no view word or `zoom` (a resize) both, `canvas` tokens

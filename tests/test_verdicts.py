@@ -63,3 +63,26 @@ def test_a_grid_table_opens_with_its_verdicts_beside_the_expected(tmp_path):
     assert md_cells(grid, "rope_axial/stem")[3].startswith("use not shown (Holm p ")
     assert f"below {passing_std(0.02, 5):.4f} at n=5" in grid and "rope_axial/stem (0.2000)" in grid
     assert "the margin: 16 of 800 images" in grid
+
+
+def test_a_cell_still_rising_is_not_ranked_in_a_settling_profile(tmp_path):
+    """A cell whose seeds rose by more than 0.02 over their last two epochs reads 'not settled (still rising)' in the
+    verdict grid where the settle table flags it, whatever its test against none says; elsewhere it is ranked."""
+    grids = [{ENC: ["none", "learned_1d", "sincos_2d"], INJ: ["stem"]}]
+    base = dataclasses.replace(make("rising", ENC, INJ, grids, seeds=(0, 1, 2, 3, 4), baseline={ENC: "none"}),
+                               chance=0.25)
+    settling = dataclasses.replace(base, profiles={"demo": dataclasses.replace(base.profiles["demo"], settle=True)})
+    curves = {"none": [0.25, 0.25, 0.25], "learned_1d": [0.5, 0.8, 0.9],  # +0.40 over the last two: still rising
+              "sincos_2d": [0.9, 0.905, 0.91]}  # +0.01: settled
+    accs = {"none": spread(0.25, 0.003, 5), "learned_1d": spread(0.9, 0.01, 5), "sincos_2d": spread(0.91, 0.01, 5)}
+    for ab, root in ((settling, tmp_path / "settle"), (base, tmp_path / "plain")):
+        for enc, values in accs.items():
+            for seed, acc in enumerate(values):
+                history = [{"epoch": e, "val/acc": a} for e, a in enumerate(curves[enc])]
+                write_run(root / "runs", ab, {ENC: enc, INJ: "stem"}, seed, acc, history=history)
+        _, md = table(ab, root)
+        grid = md[md.index("## Verdicts"):md.index("- **Source")]
+        ranked = md_cells(grid, "learned_1d/stem")[1]
+        assert ranked == ("not settled (still rising)" if ab is settling else "answers")
+        assert md_cells(grid, "sincos_2d/stem")[1] == "answers"
+        assert md_cells(grid, "none/stem")[1] == "baseline"  # the reference keeps its role

@@ -38,6 +38,45 @@ LAYOUTS = {
 
 
 @dataclass(frozen=True)
+class Evaluations:
+    """The evaluations a local sweep runs on each trial once it has finished, `vit-ablate eval RUN
+    --data.img_size=N [options] [a rule's options] --into-record`: every size of `sizes`, with eval's defaults, and on
+    every size but the trained one once more per rule whose partial cell the trial's cell matches (how an encoding
+    meets a new grid is the encoding's: RoPE's frequency scaling, offsets and table rows kept)."""
+
+    sizes: tuple[int, ...]  # data.img_size of each evaluation
+    # (partial cell {key: value or list of values}, eval options): one more evaluation per larger size where it matches
+    rules: tuple[tuple[dict[str, Any], tuple[str, ...]], ...] = ()
+    options: tuple[str, ...] = ()  # eval options every evaluation takes
+    seeds: tuple[int, ...] | None = None  # only the trials of these seeds are evaluated (None: every trial)
+
+    def __post_init__(self):
+        if not self.sizes or not all(isinstance(s, int) and s > 0 for s in self.sizes):
+            raise ValueError(f"evaluations: sizes are image sides in pixels, got {list(self.sizes)}")
+        if self.seeds is not None and not self.seeds:
+            raise ValueError("evaluations: seeds is None (every trial) or the seeds whose trials are evaluated")
+        for match, options in self.rules:
+            if not isinstance(match, dict) or not match or not options or not all(isinstance(o, str) for o in options):
+                raise ValueError("evaluations: each rule is (a non-empty partial cell, a non-empty tuple of eval "
+                                 f"options), got {match!r}, {options!r}")
+
+    def option_sets(self, params: dict[str, Any], size: int) -> list[tuple[str, ...]]:
+        """The eval options of each evaluation of a trial (its flat params) at `size`: the defaults, then its rules."""
+        if size == params.get("data.img_size"):
+            return [self.options]  # on the trained grid every rule is the default
+        def matches(match: dict) -> bool:
+            return all(params.get(k) in (v if isinstance(v, (list, tuple)) else [v]) for k, v in match.items())
+        return [self.options] + [self.options + opts for match, opts in self.rules if matches(match)]
+
+    def commands(self, run_dir: str, params: dict[str, Any]) -> list[tuple[str, ...]]:
+        """Every evaluation of the trial whose run is `run_dir`, as the command line the sweep runs."""
+        if self.seeds is not None and params.get(SEED_KEY) not in self.seeds:
+            return []
+        return [("vit-ablate", "eval", str(run_dir), f"--data.img_size={size}", *opts, "--into-record")
+                for size in self.sizes for opts in self.option_sets(params, size)]
+
+
+@dataclass(frozen=True)
 class Profile:
     """One way to run an ablation: dataset, model size and budget, plus the grid of cells and seeds."""
 
@@ -62,6 +101,8 @@ class Profile:
     # the evaluations its runs get without fine-tuning, as (target side, views) pairs (data/views.py: tokens, zoom,
     # both): `vit-ablate eval RUN --declared` runs each, its table shows a column per side and view
     views: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    evaluations: Evaluations | None = None  # what the local sweep evaluates on each trial once it has finished
+    projected: str = ""  # the profile's projected time, measured and counted when it was designed (--dry-run says it)
 
     def __post_init__(self):
         if not self.grids or not self.seeds:
@@ -79,6 +120,12 @@ class Profile:
                 raise ValueError(f"profile {self.name!r}: every grid block must sweep the same keys")
         if self.search is not None and not set(self.search.get("parameters", ())) <= set(self.axes):
             raise ValueError(f"profile {self.name!r}: a search's parameters are keys its grid blocks sweep")
+        if self.evaluations is not None and (bad := sorted({k for match, _ in self.evaluations.rules for k in match}
+                                                           - set(self.axes) - set(self.fixed))):
+            raise ValueError(f"profile {self.name!r}: an evaluation rule matches {bad[0]!r}, which it neither sweeps "
+                             f"nor fixes")
+        if self.evaluations is not None and not set(self.evaluations.seeds or self.seeds) <= set(self.seeds):
+            raise ValueError(f"profile {self.name!r}: its evaluations' seeds must be among its seeds {list(self.seeds)}")
         confirm = (self.search or {}).get("confirm")
         if confirm is not None and not (isinstance(confirm, dict) and set(confirm) == {"top", "seeds"}
                                         and all(isinstance(v, int) and v >= 1 for v in confirm.values())

@@ -97,7 +97,10 @@ PLACERS = {"absolute": _absolute, "relative": _relative, "position_free": _posit
 
 # Version 2: each task's only route is the one it names (tests/test_oracles.py guards each one)
 GAP = 5  # relative, version 2: px between the two glyphs along their axis, at least: no 6 px patch holds both
-PF_NOISE, PF_LEVEL = 0.55, (0.45, 0.75)  # position_free, version 2: texture barely above the noise (a harder read)
+# position_free, version 2: the texture barely above the noise, so content is learned slowly and a position-free model
+# lands below saturation (at 0.55 none reached about 0.94; the bag of patches, data/oracles.py, trained 4,000 steps:
+# 0.893 at 0.55, 0.817 at 0.62, 0.765 at 0.68, 0.748 at 0.70), where harm by an encoding is visible
+PF_NOISE, PF_LEVEL = 0.70, (0.45, 0.75)
 
 
 def _absolute2(rng, size: int, label: int) -> list[tuple[str, int, int, int]]:

@@ -28,9 +28,10 @@ CANVAS_NOTES = {"absolute": "quadrants scale with the canvas"}
 FALL, DRIFT = 0.05, 0.05  # a fall in accuracy, and a drift in entropy as a share of uniform's log T, worth a word
 
 
-def canvas_points(record: dict) -> dict[float, dict[str, float]]:
-    """factor -> {acc, entropy, distance, tokens} of one record: its own val/acc at 1, each canvas evaluation at its
-    side over the trained side (the read-outs where eval stored them)."""
+def canvas_points(record: dict, rules: str = "") -> dict[float, dict[str, float]]:
+    """factor -> {acc, entropy, distance, tokens} of one record: its own val/acc at 1, each canvas evaluation at the
+    grid rules `rules` (evalkey.py: '' the defaults, '/keep', '/rope-ntk', ...) at its side over the trained side (the
+    read-outs where eval stored them; on the trained grid every rule is the default)."""
     config, out = record.get("config") or {}, {}
     size = config.get(SIZE)
     if not isinstance(size, int):
@@ -39,8 +40,10 @@ def canvas_points(record: dict) -> dict[float, dict[str, float]]:
         out[1.0] = {"acc": own}
     for key, metrics in (record.get("eval") or {}).items():
         measured = parse(key)  # the run's own task and scale on a canvas, at the default grid rules only
-        if not (measured and measured.view in ("tokens", "native") and not measured.rules and measured.of_run(config)
+        if not (measured and measured.view in ("tokens", "native") and measured.of_run(config)
                 and (measured.view == "tokens" or not measured.earlier)) or not isinstance(metrics, dict):
+            continue
+        if measured.rules != rules and not (measured.rules == "" and measured.img_size == size):
             continue
         point = out.setdefault(measured.img_size / size, {})
         for field, name in (("acc", "val/acc"), ("entropy", "attn/entropy"), ("distance", "attn/distance"),
@@ -50,15 +53,29 @@ def canvas_points(record: dict) -> dict[float, dict[str, float]]:
     return out
 
 
-def cell_curves(data: Data) -> dict[int, dict[float, dict[str, list[float]]]]:
-    """cell -> factor -> field -> the values of its runs (finished runs only)."""
+def rules_of(record: dict) -> list[str]:
+    """The grid rules of a record's evaluations ('' the defaults, first), as evalkey writes them."""
+    found = {measured.rules for key in (record.get("eval") or {}) if (measured := parse(key))}
+    return [""] + sorted(found - {""})
+
+
+def cell_curves(data: Data) -> dict[tuple[int, str], dict[float, dict[str, list[float]]]]:
+    """(cell, grid rules) -> factor -> field -> the values of its runs (finished runs only): a curve per cell and per
+    rule it was evaluated with."""
     used = data.runs[data.runs["note"] == ""] if "note" in data.runs else data.runs
     out: dict = {}
     for cell, name in zip(used["cell"], used["name"]):
-        for factor, point in canvas_points(data.records.get(name, {})).items():
-            for field, value in point.items():
-                out.setdefault(cell, {}).setdefault(factor, {}).setdefault(field, []).append(value)
+        record = data.records.get(name, {})
+        for rules in rules_of(record):
+            for factor, point in canvas_points(record, rules).items():
+                for field, value in point.items():
+                    out.setdefault((cell, rules), {}).setdefault(factor, {}).setdefault(field, []).append(value)
     return {c: f for c, f in out.items() if len(f) > 1}
+
+
+def curve_name(data: Data, cell: int, rules: str, keys: list[str]) -> str:
+    """A curve's name: its cell's, and the grid rules it was evaluated with where not the defaults."""
+    return cell_name(data.cells.loc[cell], keys) + (f" ({rules.strip('/').replace('/', ', ')})" if rules else "")
 
 
 def normalised_entropy(entropy: float, tokens: float) -> float:
@@ -82,7 +99,7 @@ def drift_line(data: Data) -> str:
     coincides with entropy drift; '' without canvas evaluations."""
     keys = [k for k in data.profile.axes if k != data.ablation.panel]
     parts = []
-    for cell, curve in sorted(cell_curves(data).items()):
+    for (cell, rules), curve in sorted(cell_curves(data).items()):
         factors = sorted(curve)
         last = factors[-1]
         acc = tuple(float(np.mean(curve[f].get("acc", [np.nan]))) for f in (factors[0], last))
@@ -91,7 +108,7 @@ def drift_line(data: Data) -> str:
                      for f in (read[0], read[-1])) if len(read) > 1 else (math.nan, math.nan))
         verdict = fall_with_drift(acc, ent)
         drift = "" if math.isnan(ent[0]) else f", entropy {ent[0]:.2f} -> {ent[1]:.2f} of uniform"
-        parts.append(f"{cell_name(data.cells.loc[cell], keys)} {verdict} ({acc[0]:.3f} -> {acc[1]:.3f} at "
+        parts.append(f"{curve_name(data, cell, rules, keys)} {verdict} ({acc[0]:.3f} -> {acc[1]:.3f} at "
                      f"{last:.3g}x{drift})")
     return ("larger canvases (content at its own scale): " + "; ".join(parts)) if parts else ""
 
@@ -113,7 +130,7 @@ def _draw(data: Data, path: Path, fields: list[tuple[str, str]]) -> Path:
         for col, value in enumerate(values):
             for row, (field, ylabel) in enumerate(fields):
                 ax = axes[row][col]
-                for cell, curve in sorted(curves.items()):
+                for (cell, rules), curve in sorted(curves.items()):
                     if key and data.cells.at[cell, key] != value:
                         continue
                     xs = [f for f in sorted(curve) if field in curve[f]]
@@ -121,7 +138,8 @@ def _draw(data: Data, path: Path, fields: list[tuple[str, str]]) -> Path:
                         continue
                     mean = np.array([np.mean(curve[f][field]) for f in xs])
                     std = np.array([np.std(curve[f][field], ddof=1) if len(curve[f][field]) > 1 else 0.0 for f in xs])
-                    line = ax.plot(xs, mean, "o-", ms=3, label=cell_name(data.cells.loc[cell], names))[0]
+                    line = ax.plot(xs, mean, "o-" if not rules else "s--", ms=3,
+                                   label=curve_name(data, cell, rules, names))[0]
                     ax.fill_between(xs, mean - std, mean + std, alpha=0.2, color=line.get_color())
                 ax.set_xscale("log")
                 ax.set(xlabel="canvas side / trained side", ylabel=ylabel, title=_panel_title(data, value))

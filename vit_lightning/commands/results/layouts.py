@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from vit_lightning.commands.results import extrapolation, further, pairs, plots, position_use, verdicts
+from vit_lightning.commands.results import extrapolation, further, pairs, plots, position_use, settle, verdicts
 from vit_lightning.commands.results.optimum import Optimum, differ, fmt_lr, optimum, ratio
 from vit_lightning.commands.results.patch_transfer import PATCH, transfer_tables
 from vit_lightning.commands.results.resolution import resolution_tables
@@ -304,7 +304,10 @@ def _questions(data: Data, panel: str) -> list[tuple[str, dict[str, str]]]:
     ref = "/".join(map(fmt_value, ab.baseline.values())) if ref != "best" else "the best"
     means = lambda i: (cells.at[i, "mean"], cells.at[ref_index, "mean"])  # noqa: E731
     prefix = f"{panel.partition('=')[2]}: " if panel else ""
-    out = [(f"{prefix}vs {ref}", {names[i]: verdicts.versus(c, ref, means(i), ab.equivalence_margin, ab.chance)
+    # a cell still rising at the end of its budget is flagged, not ranked (settle.py); its reference keeps its role
+    rising = settle.still_rising(data) if getattr(data.profile, "settle", False) else set()
+    out = [(f"{prefix}vs {ref}", {names[i]: verdicts.RISING if i in rising and not isinstance(c, str) else
+                                  verdicts.versus(c, ref, means(i), ab.equivalence_margin, ab.chance)
                                   for i, c in fam.items()})]
     if expected := ab.expected_verdicts.get(panel.partition("=")[2]):
         wanted = {n: expected.get(n, expected.get("*") if i != ref_index else None) for i, n in names.items()}

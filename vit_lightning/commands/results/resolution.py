@@ -36,8 +36,9 @@ def accuracy_by_size(record: dict) -> dict[tuple[int, str], float]:
         found[size, ""] = own
     for name, metrics in (record.get("eval") or {}).items():
         key = parse(name)
-        # this view's: the run's own data, task and glyph scale at another size, its own patch size
-        if key is None or key.patch is not None or not key.of_run(config) or key.view == "native":
+        # this view's: the run's own data, task and glyph scale at another size, its own patch size, eval's default
+        # grid rules (a kept table or a scaled RoPE is the extrapolation view's, a line of its own)
+        if key is None or key.patch is not None or key.rules or not key.of_run(config) or key.view == "native":
             continue
         if (metrics or {}).get("val/acc") is not None and (key.img_size, "") not in found:
             found.setdefault((key.img_size, key.view), metrics["val/acc"])

@@ -1,7 +1,8 @@
 """Whether a profile's budget settled: epochs to a level per cell, cells still rising, and the learning curves.
 
 A cell whose accuracy still rose by more than RISE over its last two epochs is flagged, not ranked: its budget
-ended before it did. A profile asks for these with `settle=True` (ablation.Profile).
+ended before it did (the verdict grid says "not settled (still rising)" for it). A profile asks for these with
+`settle=True` (ablation.Profile).
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ def _cell_runs(data: Data, index: int) -> list[list[dict]]:
     return [data.history.get(name) or [] for name in used["name"]]
 
 
+def mean_rise(data: Data, index: int) -> float:
+    """The mean over a cell's runs of the rise over their last two epochs (nan where no run has three epochs)."""
+    rises = [r for r in (last_rise(h) for h in _cell_runs(data, index)) if r is not None]
+    return float(np.mean(rises)) if rises else math.nan
+
+
+def still_rising(data: Data) -> set[int]:
+    """The cells (data.cells' index) whose mean rise over the last two epochs exceeds RISE: flagged, not ranked."""
+    return {index for index in data.cells.index if mean_rise(data, index) > RISE}
+
+
 def settling_table(data: Data) -> Table:
     """Per cell: the seeds' epochs to LEVEL (median, and how many never reached it), the mean rise over the last two
     epochs, and whether the cell is still rising."""
@@ -47,8 +59,7 @@ def settling_table(data: Data) -> Table:
     for index, cell in data.cells.iterrows():
         histories = [h for h in _cell_runs(data, index) if accuracies(h)]
         reached = [e for e in (epochs_to(h) for h in histories) if e is not None]
-        rises = [r for r in (last_rise(h) for h in histories) if r is not None]
-        rise = float(np.mean(rises)) if rises else math.nan
+        rise = mean_rise(data, index)
         epochs = max((len(accuracies(h)) for h in histories), default=0)
         median = fmt_num(float(np.median(reached)) if reached else None, ".1f").replace(".0", "")
         never = len(histories) - len(reached)

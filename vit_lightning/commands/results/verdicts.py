@@ -12,6 +12,7 @@ from vit_lightning.records.render import Table
 from vit_lightning.records.stats import ALPHA, Comparison, fmt_p
 
 CAPTION = "Verdicts"
+RISING = "not settled (still rising)"  # a cell whose accuracy still rose at the end of its budget (settle.py)
 
 
 def versus(comp: Any, ref: str, means: tuple[float, float], margin: float, chance: float | None) -> str:

@@ -445,15 +445,17 @@ def main(argv: list[str] | None = None) -> int:
             return print_local_sbatch(configs, args)
         if args.dry_run or backend == "local":
             groups = local_groups(args)
-            all_trials = checked_trials(configs, args, gpus=len(groups[0]))
+            all_trials = trials.with_evaluations(checked_trials(configs, args, gpus=len(groups[0])), args.ablations_dir)
             searches = bayes_searches(configs, args, gpus=len(groups[0]))
             if not args.dry_run:  # trials run here: what they ask of the machine, before anything is written
                 validate.machine_check(configs, [t.params for t in all_trials], len(groups[0]), args.trials_per_gpu > 1)
             repair.check(all_trials, searches, args.repair, args.dry_run, log=lambda m: print(m, file=sys.stderr))
             if args.dry_run:
                 slots = slot_lines(groups, args.trials_per_gpu) if args.trials_per_gpu > 1 else []
+                projected = [f"# projected ({a}, profile {p}): {prof.projected}" for (a, p), prof
+                             in trials.profiles_of(all_trials, args.ablations_dir).items() if prof and prof.projected]
                 return print_lines(preview.lines(all_trials, args.retry_failed) + [f"# {described(s)}" for s in searches]
-                                   + slots)
+                                   + slots + projected)
             check_sources(all_trials, args)
             return run_local(all_trials, groups, args, searches)
         if args.confirm:

@@ -37,7 +37,7 @@ import subprocess
 import sys
 
 # what a trial imports before it trains: torch, Lightning, torchvision, the model; wandb (fit checks its credentials)
-PRELOAD = ("vit_lightning.commands.fit.main", "wandb")
+PRELOAD = ("vit_lightning.commands.fit.main", "vit_lightning.analysis.evaluate", "wandb")
 MAX_MESSAGE = 1 << 20
 
 
@@ -82,8 +82,8 @@ class Worker:
             script, args = None, argv[3:]  # the child runs vit_lightning/cli.py as the script
         else:
             raise ValueError(f"a trial worker runs vit-ablate commands only, not {argv[0]}")
-        if args[:1] != ["fit"]:
-            raise ValueError(f"a trial worker runs `vit-ablate fit` only, not {' '.join(args[:1])}")
+        if args[:1] not in (["fit"], ["eval"]):
+            raise ValueError(f"a trial worker runs `vit-ablate fit` and `eval` only, not {' '.join(args[:1])}")
         out = stdout.fileno() if stdout is not None else sys.stdout.fileno()
         err = stdout.fileno() if stdout is not None else sys.stderr.fileno()
         request = {"script": script, "args": args, "env": env, "fds": [1, 2, *pass_fds]}
@@ -177,6 +177,11 @@ def _child(sock: socket.socket, request: dict, fds: list[int]) -> int:
         stream.reconfigure(line_buffering=stream is sys.stderr or os.isatty(fd))
     os.environ.clear()
     os.environ.update(request["env"])
+    if request["args"][:1] == ["eval"]:  # an evaluation the trial's profile declares (ablation.Evaluations)
+        from vit_lightning.analysis import evaluate
+
+        sys.argv = [request["script"] or "vit-ablate", *request["args"]]
+        return evaluate.main(request["args"][1:])
     from vit_lightning.commands.fit import main as train
 
     # Lightning starts the other DDP ranks with `python sys.argv[0] ARGS` when __main__ has no module spec

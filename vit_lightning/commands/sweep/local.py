@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -118,6 +119,22 @@ def status_of(trial: Trial, state: State, retry_failed: bool = False) -> str:
     return "pending"
 
 
+EVALUATED = ("completed", "stopped_early")  # record statuses whose run its profile's evaluations read
+
+
+def pending_evaluations(trial: Trial, state: State) -> list[tuple[str, ...]]:
+    """The trial's declared evaluations (Trial.evaluations) its state does not list as done."""
+    done = set(state.get(trial).get("evaluated") or ())
+    return [command for command in trial.evaluations if shlex.join(command) not in done]
+
+
+def to_evaluate(trial: Trial, state: State) -> list[tuple[str, ...]]:
+    """The trial's declared evaluations still to run, once its run has finished well; [] otherwise."""
+    if not trial.evaluations or (find_record(trial) or {}).get("status") not in EVALUATED:
+        return []
+    return pending_evaluations(trial, state)
+
+
 def stale_running(trials: list[Trial], state: State) -> list[tuple[Trial, dict]]:
     """Trials the state says are running whose process is gone (killed with the sweep): their lock is free."""
     out = []
@@ -151,6 +168,7 @@ class Runner:
         self.durations: list[float] = []
         self.counts = {"completed": 0, "diverged": 0, "failed": 0, "interrupted": 0, "busy": 0, "done": 0,
                        "stopped_early": 0}
+        self.evaluations = {"run": 0, "failed": 0}  # the trials' declared evaluations (Trial.evaluations)
         self.swept = swept_keys(trials)
 
     # --- planning ------------------------------------------------------------------------------------
@@ -162,12 +180,15 @@ class Runner:
                      "is gone: interrupted (it runs again, resuming from its checkpoint)")
             self.state.update(trial, status="interrupted", pid=None, error=f"its sweep ({where}) was killed")
         status = {t.id: status_of(t, self.state, self.retry_failed) for t in self.trials}
-        todo = [t for t in self.trials if status[t.id] == "pending"]
+        todo = [t for t in self.trials if status[t.id] == "pending" or (status[t.id] == "done" and self._to_evaluate(t))]
         self.skipped = {s: sum(v == s for v in status.values()) for s in ("done", "failed")}
         failed = self.skipped["failed"]
         note = f"; {failed} failed skipped (--retry-failed re-runs them)" if failed else ""
+        evaluate = sum(status[t.id] == "done" for t in todo)
+        note += f"; {evaluate} done with evaluations left to run" if evaluate else ""
         if self.trials or not self.searches:
-            self.log(f"[sweep] {len(self.trials)} trials: {self.skipped['done']} done, {len(todo)} to run{note}")
+            self.log(f"[sweep] {len(self.trials)} trials: {self.skipped['done']} done, {len(todo) - evaluate} to "
+                     f"run{note}")
         for search in self.searches:
             self.log(f"[sweep] {search.describe()}")
         return todo
@@ -188,11 +209,14 @@ class Runner:
                  f"{c['diverged']} diverged, {c['stopped_early']} stopped early, {c['failed'] + skipped['failed']} failed, "
                  f"{c['interrupted']} interrupted"
                  f", {skipped['done'] + c['done']} done before or elsewhere"
-                 + (f", {c['busy']} left to another process" if c["busy"] else ""))
+                 + (f", {c['busy']} left to another process" if c["busy"] else "")
+                 + (f"; {self.evaluations['run']} evaluations run, {self.evaluations['failed']} failed"
+                    if any(self.evaluations.values()) else ""))
         undone = sum(status_of(t, self.state, retry_failed=True) != "done" for t in self.trials)
         # trials another live process holds are its to finish: a job array's task that leaves them exits 0,
         # so SLURM counts it a success (--dependency=afterok)
-        return self.supervisor.exit_code(0 if undone <= c["busy"] and not c["failed"] + c["interrupted"] else 1)
+        ok = undone <= c["busy"] and not c["failed"] + c["interrupted"] + self.evaluations["failed"]
+        return self.supervisor.exit_code(0 if ok else 1)
 
     def _worker(self, slot: int) -> None:
         # without an allocation's task layout, as the W&B backend: Lightning starts each trial's DDP processes
@@ -254,13 +278,45 @@ class Runner:
             return
         try:
             now_status = status_of(trial, self.state, self.retry_failed)
-            if now_status != "pending":  # another sweep finished (or failed) it since we planned
-                self.log(f"[sweep] trial {k}/{n} skipped: {now_status} in the meantime")
+            if now_status != "pending":  # another sweep finished (or failed) it since we planned, or it was done
+                if not (now_status == "done" and self._to_evaluate(trial)):
+                    self.log(f"[sweep] trial {k}/{n} skipped: {now_status} in the meantime")
                 self._count("done" if now_status == "done" else "failed")
-                return
-            self._launch(trial, {**env, rundir.ENV_FD: str(lock)}, lock, worker)
+            else:
+                self._launch(trial, {**env, rundir.ENV_FD: str(lock)}, lock, worker)
         finally:
             rundir.release(lock)
+        self._evaluate(trial, env, worker)  # eval shares the run dir's lock: after the trial has let it go
+
+    def _to_evaluate(self, trial: Trial) -> list[tuple[str, ...]]:
+        return to_evaluate(trial, self.state)
+
+    def _evaluate(self, trial: Trial, env: dict[str, str], worker=None) -> None:
+        """Run the trial's evaluations still to run, one process each (forked from the slot's worker when it has
+        one), marking each done in the state."""
+        k, n = self.index[trial.id], len(self.trials)
+        for command in self._to_evaluate(trial):
+            log_path = trial.record_dir / ".sweep-logs" / f"{trial.id}.eval.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(log_path, "ab") as out:
+                proc = self.supervisor.start(executable(command), env, stdout=out, worker=worker)
+                if proc is None:
+                    return
+                try:
+                    rc = self.supervisor.wait(proc)
+                except forkserver.WorkerDied:  # the slot's worker is gone: the next trial gets a new one
+                    rc, worker = -1, None
+            what = " ".join(command[3:-1])
+            if rc != 0:
+                with self.supervisor.lock:
+                    self.evaluations["failed"] += 1
+                self.log(f"[sweep] trial {k}/{n}: evaluation {what} failed (exit code {rc}; log: {log_path})")
+                continue
+            done = [*(self.state.get(trial).get("evaluated") or ()), shlex.join(command)]
+            self.state.update(trial, evaluated=done)
+            with self.supervisor.lock:
+                self.evaluations["run"] += 1
+            self.log(f"[sweep] trial {k}/{n}: evaluated {what}")
 
     def _launch(self, trial: Trial, env: dict[str, str], lock: int, worker=None) -> None:
         k, n = self.index[trial.id], len(self.trials)

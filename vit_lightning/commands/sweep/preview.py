@@ -1,9 +1,12 @@
 """`vit-ablate sweep --dry-run`: how many trials, where their records go, and each trial's state; the command line
-of each trial still to run (the lines not starting with `#` are exactly what the sweep would run)."""
+of each trial still to run and of each evaluation its profile declares after it (the lines not starting with `#` are
+exactly what the sweep would run); the profile's projected time where it states one."""
 
 from __future__ import annotations
 
-from vit_lightning.commands.sweep.local import State, status_of
+import shlex
+
+from vit_lightning.commands.sweep.local import State, status_of, to_evaluate
 from vit_lightning.commands.sweep.trials import Trial
 
 RETRY = "--retry-failed runs it again"
@@ -22,10 +25,14 @@ def lines(trials: list[Trial], retry_failed: bool) -> list[str]:
     states = trial_states(trials, retry_failed)
     folders = sorted({str(t.record_dir) for t in trials})
     counts = ", ".join(f"{states.count(s)} {s}" for s in ("done", "to run", "failed"))
-    out = [f"# {len(trials)} trials, records in {', '.join(folders)}: {counts}"]
+    evaluations = sum(len(t.evaluations) for t in trials)
+    out = [f"# {len(trials)} trials, records in {', '.join(folders)}: {counts}"
+           + (f"; {evaluations} evaluations declared after them" if evaluations else "")]
+    read = State(log=lambda _: None)
     for trial, state in zip(trials, states):
         if state == "to run":
-            out.append(trial.shell())
+            out += [trial.shell(), *map(shlex.join, trial.evaluations)]
         else:
             out.append(f"# {state}: {trial.id}" + (f" ({RETRY})" if state == "failed" else ""))
+            out += map(shlex.join, to_evaluate(trial, read) if state == "done" else ())
     return out

@@ -7,7 +7,7 @@ import os
 import re
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ class Trial:
     id: str  # family.trial_name(params, world size): fit names the run dir with it and writes it into results.json
     args: tuple[str, ...]
     command: tuple[str, ...]  # as the agent would run it (without the `/usr/bin/env` prefix)
+    # what the local sweep evaluates on the run once it has finished (its profile's Evaluations): command lines
+    evaluations: tuple[tuple[str, ...], ...] = ()
 
     @property
     def run_dir(self) -> Path:
@@ -162,3 +164,31 @@ def missing_sources(all_trials: list[Trial], options: str = "") -> str | None:
     where = "; ".join(f"{a}/{p}: {', '.join(names)}" for (a, p), names in missing.items())
     make = " && ".join(f"vit-ablate sweep {a} --profile {p}{options}" for a, p in missing)
     return f"{count} source run(s) have not finished ({where}); make them first: {make}"
+
+
+
+def profiles_of(all_trials: list[Trial], directory: Path | None = None) -> dict[tuple, Any]:
+    """(run.ablation, run.profile) -> its Profile, for every pair the trials name (None: not an ablation here)."""
+    from vit_lightning.ablation import load
+
+    out: dict[tuple, Any] = {}
+    for trial in all_trials:
+        names = (trial.params.get("run.ablation"), trial.params.get("run.profile"))
+        if names not in out:
+            try:
+                out[names] = load(names[0], directory).profile(names[1])
+            except (ValueError, KeyError, FileNotFoundError, TypeError):
+                out[names] = None  # a sweep file of an ablation not here: nothing declared
+    return out
+
+
+def with_evaluations(all_trials: list[Trial], directory: Path | None = None) -> list[Trial]:
+    """The trials, each with the evaluations its profile (run.ablation, run.profile) declares for its cell."""
+    profiles = profiles_of(all_trials, directory)
+    out = []
+    for trial in all_trials:
+        prof = profiles[(trial.params.get("run.ablation"), trial.params.get("run.profile"))]
+        declared = prof.evaluations if prof is not None else None
+        out.append(replace(trial, evaluations=tuple(declared.commands(str(trial.run_dir), trial.params)))
+                   if declared else trial)
+    return out
