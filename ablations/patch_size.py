@@ -11,6 +11,8 @@ Run:  vit-ablate sweep patch_size                        # demo: 28 px mnist5k, 
       vit-ablate sweep patch_size --profile cifar10      # 32 px, patches 2/4/8
       for run in runs/patch_size/demo/*/; do for p in 2 4 7 14; do
           vit-ablate eval "$run" --model.patch_size=$p --shots --into-record; done; done   # the transfer view
+      # the grid-kept rows: the image resized with the patch, S = the trained grid's side x p (28 / own patch x p)
+      vit-ablate eval RUN --model.patch_size=$p --data.img_size=$S --shots --into-record
       vit-ablate table patch_size
 """
 
