@@ -103,6 +103,7 @@ FIT_BAD = {
     "--model.layer_scale=-1": ["model.layer_scale", "-1.0"],
     "--model.arch=conv2": ["model.arch='conv2'", "vit", "swin"],
     "--model.variant=XL": ["model.variant='XL'", "micro", "Ti"],
+    "--model.img_size=56": ['"model.img_size" must be given via "data.img_size"'],  # the data's, linked
 }
 
 
