@@ -87,6 +87,6 @@ def test_timm_init_is_truncated_normal_002():
 
 
 def test_init_is_checked():
-    with pytest.raises(ValueError, match="unknown init='jax'; choose from: paper, timm"):
+    with pytest.raises(ValueError, match="unknown model.init='jax'; choose from: paper, timm"):
         ViT("micro", init="jax")
     assert ViT("micro", img_size=32, patch_size=8).config.init == "paper"

@@ -226,7 +226,7 @@ def test_a_mismatched_model_is_refused_before_copying():
     (dict(pos_encoding="rope_axial", rope_theta=-1.0), "rope_theta must be a positive"),
     (dict(pos_encoding="learned_1d", rope_theta=10.0), "applies to pos_encoding=rope_axial or rope_mixed or "),
     (dict(pos_encoding="relative_bias_2d", rope_coords="ref_grid"), "applies to pos_encoding=rope_axial or rope_mixed or "),
-    (dict(pos_encoding="rope_axial", rope_coords="pixels"), "unknown rope_coords='pixels'; choose from: patch"),
+    (dict(pos_encoding="rope_axial", rope_coords="pixels"), "unknown model.rope_coords='pixels'; choose from: patch"),
     (dict(pos_encoding="rope_axial", pos_injection="every_layer"), "allowed: stem"),
     (dict(arch="swin", pos_encoding="rope_mixed"), "arch=vit only"),
     (dict(arch="swin", rope_theta=10.0), "rope_theta=10.0 applies to arch=vit only"),

@@ -178,7 +178,7 @@ def test_args_render_like_the_wandb_agent():
 @pytest.mark.parametrize("params, message", [
     ({"model.pos_encodng": {"value": "none"}}, "unknown key 'model.pos_encodng'"),
     ({"model.pos_encoding": {"values": ["none", "fourier"]}},
-     "model.pos_encoding=fourier: unknown pos_encoding='fourier'; choose from: none, learned_1d"),
+     "model.pos_encoding=fourier: unknown model.pos_encoding='fourier'; choose from: none, learned_1d"),
     ({"model.pooling": {"value": "max"}}, "cls, gap"),
     ({"data.name": {"value": "svhn"}}, "mnist5k"),
     ({"model.pos_encoding": {"values": ["learned_1d", "relative_1d"]},

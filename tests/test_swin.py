@@ -118,7 +118,7 @@ def test_resize_resamples_bias_tables_and_keeps_running():
     (dict(pos_encoding="relative_1d"), "pos_encoding"), (dict(variant="Ti"), "variant"),
     (dict(pos_injection="every_layer"), "pos_injection"), (dict(drop_path=1.0), "drop_path"),
     (dict(hybrid_width=32), "model.hybrid_width=32 applies to arch=vit only"),
-    (dict(init="xavier"), "unknown init='xavier'; choose from: paper, timm"),
+    (dict(init="xavier"), "unknown model.init='xavier'; choose from: paper, timm"),
     (dict(relative_scale="sqrt_d"), "model.relative_scale='sqrt_d' applies to arch=vit only"),
 ])
 def test_options_of_the_other_arch_are_refused(options, mentions):

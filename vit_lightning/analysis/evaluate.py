@@ -52,6 +52,7 @@ from vit_lightning.core.evalkey import EvalKey
 from vit_lightning.core.files import now, write_atomic
 from vit_lightning.core.identity import plain
 from vit_lightning.core.names import BEST_METRIC, RECORD, SHUFFLE_DROP, SHUFFLED_ACC
+from vit_lightning.core.parser import CommandParser
 from vit_lightning.data.datamodule import SOURCES
 from vit_lightning.data.views import VIEWS, geometry
 from vit_lightning.model.build import build_backbone
@@ -141,8 +142,8 @@ class StartAccuracy(pl.Callback):
                 callback.add_metrics(self.metrics)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vit-ablate eval", description=__doc__.split(":", 1)[1].strip().split("\n")[0])
+def parser() -> CommandParser:
+    p = CommandParser(prog="vit-ablate eval", description=__doc__.split(":", 1)[1].strip().split("\n")[0])
     p.add_argument("source", nargs="+", help="a run dir, a .ckpt, timm:NAME or timm:NAME@FILE (several: each in turn)")
     p.add_argument("--model.patch_size", dest="patch_size", type=int, default=None,
                    help="evaluate at this patch size (the kernel PI-resized; default: the source's)")
@@ -413,7 +414,9 @@ def add_eval(record: dict):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, extra = parser().parse_known_args(argv)
+    p = parser()
+    args, extra = p.parse_known_args(argv)
+    p.refuse([arg for arg in extra if not arg.startswith("--data.")])  # the --data.* options change the data
     if (len(args.source) > 1 or args.declared) and args.out is not None:
         print("vit-ablate eval: error: --out names one file; give one source and leave --declared out, or leave --out "
               "out", file=sys.stderr)

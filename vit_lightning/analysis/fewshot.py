@@ -28,6 +28,7 @@ from typing_extensions import override
 
 from vit_lightning.analysis.trained import load_trained
 from vit_lightning.core.names import RECORD
+from vit_lightning.core.parser import CommandParser
 from vit_lightning.run import rundir
 from vit_lightning.run.record import RunRecord
 from vit_lightning.run.rundir import Busy, checkpoint_path, update_record
@@ -275,9 +276,9 @@ class FewShotEval(pl.Callback):
 # ---------------------------------------------------------------- afterwards: `vit-ablate fewshot`
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vit-ablate fewshot",
-                                description="Few-shot linear evaluation of a finished run; fills its results.json.")
+def parser() -> CommandParser:
+    p = CommandParser(prog="vit-ablate fewshot",
+                      description="Few-shot linear evaluation of a finished run; fills its results.json.")
     p.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT", help="a run directory (its last.ckpt) or a .ckpt file")
     p.add_argument("--shots", type=_positive, nargs="+", default=list(SHOTS),
                    help="k images per class (default: 1 5 10 25)")

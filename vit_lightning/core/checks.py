@@ -51,11 +51,16 @@ def non_finite(tree: dict, prefix: str = "") -> str | None:
     return None
 
 
-def suggest(name: str, known) -> str:
-    """The choices for an unknown option: close matches, else the options of its group, else the groups."""
+def close_matches(name: str, known, cutoff: float = 0.8) -> list[str]:
+    """Up to three names of `known` nearest to `name`, the nearest first."""
     import difflib
 
-    if close := difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.8):
+    return difflib.get_close_matches(name, sorted(known), n=3, cutoff=cutoff)
+
+
+def suggest(name: str, known) -> str:
+    """The choices for an unknown option: close matches, else the options of its group, else the groups."""
+    if close := close_matches(name, known):
         return f"did you mean {', '.join(close)}?"
     group = name.split(".")[0] + "."
     if same := sorted(k for k in known if k.startswith(group)):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from vit_lightning.core.checks import check_choice, number_in, span
+from vit_lightning.core.checks import check_choice, number_in, range_error, span
 from vit_lightning.model.family import DEFAULT_ARCH, FAMILIES, family_options, unread_error
 from vit_lightning.model.pooling import HEADS
 
@@ -86,7 +86,7 @@ class ModelConfig(SharedOptions):
         super().__init__(**options)
 
     def __post_init__(self):
-        check_choice("arch", self.arch, FAMILIES)
+        check_choice("model.arch", self.arch, FAMILIES)
         family = FAMILIES[self.arch]
         for name, value in family.defaults.items():
             setattr(self, name, value if getattr(self, name) is None else getattr(self, name))
@@ -95,29 +95,29 @@ class ModelConfig(SharedOptions):
         for name, option in family.options.items():  # its own options: choices here, the rest by family.check
             setattr(self, name, self._given.get(name, option.default))
             if option.choices:
-                check_choice(name, getattr(self, name), option.choices)
-        check_choice("variant", self.variant, family.variants)
+                check_choice(f"model.{name}", getattr(self, name), option.choices)
+        check_choice("model.variant", self.variant, family.variants)
         self._check_encoding(family)
-        check_choice("head", self.head, HEADS)
+        check_choice("model.head", self.head, HEADS)
         if isinstance(self.img_size, (list, tuple)):
             self.img_size = tuple(self.img_size) if self.img_size[0] != self.img_size[1] else self.img_size[0]
         self._check_layer_scale()
         family.check(self)
-        rates = {"dropout": self.dropout, "attn_dropout": self.attn_dropout, "drop_path": self.drop_path}
-        if not all(0.0 <= r < 1.0 for r in rates.values()):
-            raise ValueError(f"dropout, attn_dropout and drop_path must be in [0, 1), got {rates}")
+        for name in ("dropout", "attn_dropout", "drop_path"):
+            if error := range_error(f"model.{name}", getattr(self, name), 0, 1, high_open=True, what="a rate"):
+                raise ValueError(error)
 
     def _check_encoding(self, family) -> None:
         """A known pos_encoding of another family only is refused naming the families that take it."""
         others = [f.name for f in FAMILIES.values() if self.pos_encoding in f.encodings]
         if self.pos_encoding not in family.encodings and others:
-            raise ValueError(f"pos_encoding={self.pos_encoding!r} applies to arch={', '.join(others)} only, not "
+            raise ValueError(f"model.pos_encoding={self.pos_encoding!r} applies to arch={', '.join(others)} only, not "
                              f"arch={self.arch} (see README); choose from: {', '.join(family.encodings)}")
-        check_choice("pos_encoding", self.pos_encoding, family.encodings)
+        check_choice("model.pos_encoding", self.pos_encoding, family.encodings)
 
     def _check_layer_scale(self) -> None:
         if self.layer_scale is not None and not number_in(self.layer_scale, 0, MAX_LAYER_SCALE, low_open=True):
-            raise ValueError(f"layer_scale must be a positive initial value, a finite number in "
+            raise ValueError(f"model.layer_scale must be a positive initial value, a finite number in "
                              f"{span(0, MAX_LAYER_SCALE, low_open=True)} (or None: off), got {self.layer_scale!r}")
 
     def check_positive(self, *names: str) -> None:
@@ -125,7 +125,7 @@ class ModelConfig(SharedOptions):
         for name in names:
             value = getattr(self, name)
             if not all(number_in(v, 1, 2**31, integer=True) for v in (value if isinstance(value, tuple) else (value,))):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
 
     @property
     def img_hw(self) -> tuple[int, int]:

@@ -90,13 +90,13 @@ SWIN_OPTIONS = {
 def check_swin(cfg: ModelConfig) -> None:
     """Swin's own checks: its options, its init, the stage-1 width against its heads (its pooling: not read)."""
     if not isinstance(cfg.shift, bool):
-        raise ValueError(f"shift must be true or false, got {cfg.shift!r}")
-    check_choice("init", cfg.init, INITS)
+        raise ValueError(f"model.shift must be true or false, got {cfg.shift!r}")
+    check_choice("model.init", cfg.init, INITS)
     width, _, heads = SWIN_VARIANTS[cfg.variant]
-    cfg.width = cfg.width or width
+    cfg.width = width if cfg.width is None else cfg.width  # 0 is refused below, not the variant's
     cfg.check_positive("img_size", "in_chans", "num_classes", "patch_size", "width", "window_size")
     if cfg.width % heads[0]:
-        raise ValueError(f"width={cfg.width} must be a multiple of {heads[0]} (stage 1 heads of Swin-{cfg.variant})")
+        raise ValueError(f"model.width={cfg.width} must be a multiple of {heads[0]} (stage 1 heads of Swin-{cfg.variant})")
 
 
 def window_partition(x: torch.Tensor, m: int) -> torch.Tensor:

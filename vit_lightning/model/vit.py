@@ -90,11 +90,11 @@ VIT_OPTIONS = {
 
 def check_vit(cfg: ModelConfig) -> None:
     """The ViT's own checks: its parts by name, the encoding's injections, the variant's sizes, the hybrid stem."""
-    check_choice("pooling", cfg.pooling, POOLINGS)
-    check_choice("init", cfg.init, INITS)
+    check_choice("model.pooling", cfg.pooling, POOLINGS)
+    check_choice("model.init", cfg.init, INITS)
     cfg.hybrid_layers = tuple(cfg.hybrid_layers)
     if not number_in(cfg.reg_tokens, 0, MAX_REG_TOKENS, integer=True):  # before any memory is allocated
-        raise ValueError(f"reg_tokens must be a count >= 0 and at most {MAX_REG_TOKENS} (every token adds a row "
+        raise ValueError(f"model.reg_tokens must be a count >= 0 and at most {MAX_REG_TOKENS} (every token adds a row "
                          f"and a column to every attention map), got {cfg.reg_tokens!r}")
     for option, default in ENCODING_OPTIONS.items():  # an encoding's own option, set for another encoding
         if getattr(cfg, option) != default and option not in ENCODINGS[cfg.pos_encoding].reads:
@@ -104,32 +104,39 @@ def check_vit(cfg: ModelConfig) -> None:
     allowed = ENCODINGS[cfg.pos_encoding].injections
     if cfg.pos_injection not in allowed:
         raise ValueError(
-            f"pos_injection={cfg.pos_injection!r} is not allowed with pos_encoding={cfg.pos_encoding!r}; "
+            f"model.pos_injection={cfg.pos_injection!r} is not allowed with pos_encoding={cfg.pos_encoding!r}; "
             f"allowed: {', '.join(allowed)}"
         )
     depth, width, mlp_dim, heads = VARIANTS[cfg.variant]
-    cfg.depth, cfg.width = cfg.depth or depth, cfg.width or width
-    cfg.mlp_dim, cfg.heads = cfg.mlp_dim or mlp_dim, cfg.heads or heads
+    # None: the variant's; 0 is a size, refused by check_positive (not read as "the variant's")
+    cfg.depth, cfg.width = _given(cfg.depth, depth), _given(cfg.width, width)
+    cfg.mlp_dim, cfg.heads = _given(cfg.mlp_dim, mlp_dim), _given(cfg.heads, heads)
     cfg.check_positive("img_size", "in_chans", "num_classes", "patch_size", "width", "depth", "heads", "mlp_dim")
     if cfg.depth < ENCODINGS[cfg.pos_encoding].min_depth:  # PEG acts between blocks: after block 0
-        raise ValueError(f"pos_encoding={cfg.pos_encoding!r} acts between blocks, so it needs depth >= "
+        raise ValueError(f"model.pos_encoding={cfg.pos_encoding!r} acts between blocks, so it needs depth >= "
                          f"{ENCODINGS[cfg.pos_encoding].min_depth}; got depth={cfg.depth}")
     if cfg.width % cfg.heads:
         divisors = [h for h in range(1, cfg.width + 1) if cfg.width % h == 0]
-        raise ValueError(f"heads={cfg.heads} does not divide width={cfg.width}; valid heads: {divisors}")
+        raise ValueError(f"model.heads={cfg.heads} does not divide width={cfg.width}; valid heads: {divisors}")
     if not cfg.pos_embed_class:
         if not POOLINGS[cfg.pooling].num_prefix:
-            raise ValueError(f"pos_embed_class=false leaves the [class] token out of the position table, but "
+            raise ValueError(f"model.pos_embed_class=false leaves the [class] token out of the position table, but "
                              f"pooling={cfg.pooling!r} has no [class] token")
         if not ENCODINGS[cfg.pos_encoding].prefix_rows:
-            raise ValueError(f"pos_embed_class=false: pos_encoding={cfg.pos_encoding!r} gives the [class] token "
+            raise ValueError(f"model.pos_embed_class=false: pos_encoding={cfg.pos_encoding!r} gives the [class] token "
                              "no position anyway; only learned_1d has a [class] row to leave out")
     check_rope(cfg)
     if cfg.stem == "hybrid" and (not cfg.hybrid_layers or min(cfg.hybrid_layers) < 1 or cfg.hybrid_width % 32):
         raise ValueError(
-            f"hybrid stem needs hybrid_layers of positive block counts and hybrid_width a multiple of 32, "
-            f"got hybrid_layers={list(cfg.hybrid_layers)}, hybrid_width={cfg.hybrid_width}"
+            f"model.stem='hybrid' needs model.hybrid_layers of positive block counts and model.hybrid_width a "
+            f"multiple of 32, got hybrid_layers={list(cfg.hybrid_layers)}, hybrid_width={cfg.hybrid_width}"
         )
+
+
+def _given(value, variant):
+    """An option's value, or the variant's where it is None."""
+    return variant if value is None else value
+
 
 MAX_ROPE_THETA = 1e9  # RoPE's base: 10 to 1e4 in use; an infinite one stops all but one frequency per axis
 
@@ -139,7 +146,7 @@ def check_rope(cfg: ModelConfig) -> None:
     if not ENCODINGS[cfg.pos_encoding].rotary:
         return  # its options set for another encoding: refused by check_vit
     if cfg.rope_theta is not None and not number_in(cfg.rope_theta, 0, MAX_ROPE_THETA, low_open=True):
-        raise ValueError(f"rope_theta must be a positive base frequency, a finite number in "
+        raise ValueError(f"model.rope_theta must be a positive base frequency, a finite number in "
                          f"{span(0, MAX_ROPE_THETA, low_open=True)} (or None: NAVER's default), got {cfg.rope_theta!r}")
     check_head_dim(cfg.width // cfg.heads)
 

@@ -3,7 +3,6 @@ in fp32 / bf16, eager / compiled, for every position encoding and pooling; and w
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -35,14 +34,15 @@ from vit_lightning.commands.bench.timing import (
     train_step,
 )
 from vit_lightning.compat.torch import allow_recompiles
+from vit_lightning.core.parser import CommandParser
 from vit_lightning.model import ENCODINGS, VARIANTS, ViT
 from vit_lightning.model.position import NO_POSITION
 
 SCHEMA = 1
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vit-ablate bench", description=__doc__)
+def parser() -> CommandParser:
+    p = CommandParser(prog="vit-ablate bench", description=__doc__)
     p.add_argument("--variant", default="Ti", choices=list(VARIANTS))
     p.add_argument("--img-size", type=int, default=224)
     p.add_argument("--patch-size", type=int, default=16)

@@ -30,6 +30,7 @@ from vit_lightning.commands.bench.models import DEFAULT_ENCODING
 from vit_lightning.commands.bench.profile_run import FIT_COMMON, fit, rate_fit_args
 from vit_lightning.commands.bench.report import render_markdown
 from vit_lightning.commands.sweep.cli import positive
+from vit_lightning.core.parser import CommandParser
 from vit_lightning.data.glyphs import Glyphs
 from vit_lightning.model import ENCODINGS
 
@@ -207,8 +208,8 @@ def steps(dry: bool, tmp: Path, per_gpu: int = TRIALS_PER_GPU) -> list[tuple[str
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="vit-ablate gpu-check", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser(prog="vit-ablate gpu-check", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dry-run", action="store_true", help="the same steps on the CPU at tiny sizes (CI)")
     p.add_argument("--out", default="gpu-check.md", help="the markdown report (default: gpu-check.md)")
     p.add_argument("--trials-per-gpu", type=positive, default=TRIALS_PER_GPU, metavar="N",

@@ -8,7 +8,6 @@ seed noise (Welch's t-test, one-sided, p < 0.05). One thread, batch 128, AdamW w
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
 import torch
@@ -17,6 +16,7 @@ from scipy.stats import ttest_ind
 from timm.models.vision_transformer import VisionTransformer
 
 from vit_lightning.commands.bench.models import DEFAULT_ENCODING
+from vit_lightning.core.parser import CommandParser
 from vit_lightning.data.datamodule import ImageDataModule
 from vit_lightning.model import ENCODINGS, ViT
 from vit_lightning.model.position import NO_POSITION
@@ -66,7 +66,7 @@ def verdict(ours_: list[float], timm_: list[float]) -> str:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = CommandParser(description=__doc__)
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--lr", type=float, default=1e-3)

@@ -15,7 +15,6 @@ people's work then inflates the parts alike instead of whichever ran while the m
 
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib
 import sys
@@ -24,6 +23,7 @@ import time
 from collections import defaultdict
 
 from vit_lightning.core.defaults import DEMO
+from vit_lightning.core.parser import CommandParser
 
 CLOCK = time.process_time
 SECONDS: dict[str, float] = defaultdict(float)
@@ -175,7 +175,7 @@ def sweep_split(folders: list[str], trials: int | None = None) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=DEMO["trainer.max_epochs"])
     parser.add_argument("--plain-epochs", type=int, default=3)
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")

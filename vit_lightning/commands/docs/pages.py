@@ -27,6 +27,7 @@ from vit_lightning.compat.lightning import cli_options
 from vit_lightning.core import floors
 from vit_lightning.core.checks import describe
 from vit_lightning.core.files import write_atomic
+from vit_lightning.core.parser import CommandParser
 from vit_lightning.data.datamodule import SOURCES
 from vit_lightning.model import ENCODINGS, FAMILIES, HEADS, INJECTION_OPTION, INJECTIONS, POOLINGS, STEM_OPTION, STEMS
 from vit_lightning.model.config import CONTRACT_OPTIONS, SharedOptions
@@ -313,7 +314,7 @@ def stale(directory: Path, want: dict[str, str] | None = None) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """`vit-ablate docs [--check] [--out DIR]`: regenerate docs/reference/ from the registries."""
     checkout = ablation.source_checkout()
-    p = argparse.ArgumentParser(prog="vit-ablate docs", description=main.__doc__)
+    p = CommandParser(prog="vit-ablate docs", description=main.__doc__)
     p.add_argument("--out", type=Path, default=(checkout or Path()) / "docs" / "reference",
                    help="output directory (default: docs/reference/ of this source checkout, else ./docs/reference)")
     p.add_argument("--results", type=Path, default=checkout / "results" if checkout else None,

@@ -22,7 +22,7 @@ from vit_lightning.analysis.evaluate import StartAccuracy
 from vit_lightning.analysis.shuffle import PERMUTATIONS, ShuffledAccuracy
 from vit_lightning.commands.fit.settings import _error, _quiet, _say, _warn, settings_error
 from vit_lightning.compat.lightning import cli_options, set_collective_timeout
-from vit_lightning.core.checks import describe, non_finite
+from vit_lightning.core.checks import check_choice, describe, non_finite
 from vit_lightning.core.defaults import DEMO
 from vit_lightning.core.identity import TRIAL_KEY, flatten, normalize, run_dir, world_size
 from vit_lightning.core.names import LAST_CKPT, RECORD, RUN_DEFAULTS, SEED_KEY
@@ -115,6 +115,7 @@ class FitCLI(LightningCLI):
         self.config = parser.parse_args(args)  # no sys.argv cross-check: argv comes from the dispatcher
         if error := non_finite(self.config.as_dict()):  # before normalize, which reads NaN as null
             raise ValueError(error)
+        check_choice("model.arch", self.config.model.get("arch") or DEFAULT_ARCH, FAMILIES)  # read below and in resolve
         # --model.init_from: the architecture comes from the source (a conflicting option is an error here)
         self.start = transfer.resolve(self.config, parser.get_defaults(), list(args))  # read once, here
         model = self.config.model

@@ -14,7 +14,7 @@ from argparse import ArgumentError
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
 from vit_lightning.commands.fit.cli import FitCLI, fit_options
-from vit_lightning.commands.fit.settings import _quiet, _reruns_this_fit, _warn, unknown_options
+from vit_lightning.commands.fit.settings import _quiet, _reruns_this_fit, _warn, linked_option, unknown_options
 from vit_lightning.core.names import GRACE_ENV, SWEEP_PID_ENV
 
 
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         text = " ".join(str(error).split())
         if isinstance(error, ArgumentError) and "unrecognized arguments:" in text:
             text = unknown_options(text, fit_options()) or text
+        text = linked_option(text) or text
         _warn(f"vit-ablate fit: error: {text}")  # rank 0: srun's tasks all fail alike
         return 2
     if cli.starts_other_ranks() and not _reruns_this_fit(argv):

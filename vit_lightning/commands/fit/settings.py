@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import warnings
 
@@ -48,6 +49,14 @@ def unknown_options(message: str, known) -> str | None:
     if not names:
         return None
     return "; ".join(f"unknown option --{name} ({suggest(name, known)})" for name in names)
+
+
+def linked_option(message: str) -> str | None:
+    """jsonargparse's failure to link a data option into a model option given too (`--model.img_size=56`: the
+    model's is the data's), in the words it uses for the others; None for any other message."""
+    if found := re.match(r"argument (data\.\w+) --> (model\.\w+):", message):
+        return f'Linked "{found[2]}" must be given via "{found[1]}".'
+    return None
 
 
 def _say(line: str) -> None:

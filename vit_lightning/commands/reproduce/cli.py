@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from vit_lightning.core.files import now, write_atomic
+from vit_lightning.core.parser import CommandParser
 from vit_lightning.records.render import Report, Table, to_latex, to_markdown
 
 SIZES = (224, 320, 384, 512)
@@ -147,9 +148,9 @@ def _at_least(text: str, low: int) -> int:
     return value
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vit-ablate reproduce", description="a published table measured again: rope_vit, "
-                                "RoPE-ViT's ImageNet top-1 at 224 to 512 px with NAVER's weights, beside the paper's")
+def parser() -> CommandParser:
+    p = CommandParser(prog="vit-ablate reproduce", description="a published table measured again: rope_vit, "
+                      "RoPE-ViT's ImageNet top-1 at 224 to 512 px with NAVER's weights, beside the paper's")
     p.add_argument("target", choices=("rope_vit",), help="the published table to reproduce")
     p.add_argument("--imagenet-val", type=Path, required=True, metavar="DIR",
                    help="ImageNet's validation images, one folder per class: DIR/n01440764/*.JPEG, ... (1000)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from collections import Counter
@@ -11,11 +10,12 @@ from pathlib import Path
 from vit_lightning.commands.results.derived import made_by, rebuild_derived
 from vit_lightning.commands.results.further import stages
 from vit_lightning.commands.results.tables import build, figure_runs, grid_draw, other_draw
+from vit_lightning.core.parser import CommandParser
 from vit_lightning.records.store import collect, fetch_wandb
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vit-ablate table", description=__doc__.split(":", 1)[1].strip())
+def parser() -> CommandParser:
+    p = CommandParser(prog="vit-ablate table", description=__doc__.split(":", 1)[1].strip())
     p.add_argument("ablation", help="ablation name: a packaged one, or DIR/<name>.py with --ablations-dir DIR")
     p.add_argument("--ablations-dir", type=Path, metavar="DIR", help="also load ablations from DIR/<name>.py")
     p.add_argument("--profile", default="demo", help="which profile's runs to tabulate (default: demo)")

@@ -28,6 +28,7 @@ from vit_lightning.commands.sweep.validate import SweepError
 from vit_lightning.compat.wandb import env_mode
 from vit_lightning.core.identity import TRIAL_KEY
 from vit_lightning.core.names import SEED_KEY
+from vit_lightning.core.parser import CommandParser
 
 EPILOG = """\
 examples:
@@ -46,9 +47,9 @@ STAGGER_S = 5.0  # the wandb backend's seconds between agent starts, unless --st
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # exponent without a dot: YAML 1.1 leaves it a string
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vit-ablate sweep", description=__doc__.split("\n")[0], epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> CommandParser:
+    p = CommandParser(prog="vit-ablate sweep", description=__doc__.split("\n")[0], epilog=EPILOG,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("targets", nargs="+", metavar="NAME_OR_YAML", help="ablation name(s) or sweep YAML file(s)")
     p.add_argument("--profile", help="profile of a named ablation (default: demo)")
     p.add_argument("--backend", choices=("auto", "local", "wandb"), default="auto")
@@ -472,7 +473,7 @@ def write_main(argv: list[str] | None = None) -> int:
     from vit_lightning.ablation import source_checkout
 
     checkout = source_checkout()
-    p = argparse.ArgumentParser(prog="vit-ablate sweeps", description=write_main.__doc__)
+    p = CommandParser(prog="vit-ablate sweeps", description=write_main.__doc__)
     p.add_argument("--out", type=Path, default=checkout / "sweeps" if checkout else Path("sweeps"),
                    help="output directory (default: sweeps/ of this source checkout, else ./sweeps)")
     p.add_argument("--check", action="store_true", help="exit 1 if the files are out of date; write nothing")

@@ -3,7 +3,6 @@ records that predate the rule's version field that field (the rule that named th
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from vit_lightning.commands.sweep import yamls
 from vit_lightning.core.files import write_atomic
 from vit_lightning.core.identity import plain, world_size
 from vit_lightning.core.names import RECORD
+from vit_lightning.core.parser import CommandParser
 from vit_lightning.model.family import trial_name
 from vit_lightning.model.naming import FIRST, NAMING_KEY
 from vit_lightning.run.transfer import named_by_source
@@ -91,7 +91,7 @@ def migrated(text: str, record: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vit-ablate names", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="vit-ablate names", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="run folders, records, or folders holding them")
     parser.add_argument("--migrate", action="store_true", help=f"write `{FIELD}: {FIRST}` into each consistent record "
                         "without the field (nothing else changes); without it, only check")

@@ -9,11 +9,12 @@ from pathlib import Path
 from vit_lightning.commands.viz import analysis
 from vit_lightning.commands.viz.run import VizError, artifact_metrics, compute, draw, load_run, log_to_wandb
 from vit_lightning.core.names import RECORD
+from vit_lightning.core.parser import CommandParser
 from vit_lightning.run.rundir import Busy, RunDirError, checkpoint_path, update_record
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def parser() -> CommandParser:
+    p = CommandParser(
         prog="vit-ablate viz",
         description="Position-embedding similarity (or relative bias), mean attention distance per head, "
         "attention rollout and the patch filters' principal components of one run, as PNGs with CSVs.",
