@@ -116,3 +116,14 @@ def test_fit_names_a_bad_model_option_in_full(option, tmp_path, capsys):
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("vit-ablate fit: error: ") and all(word in err[0] for word in FIT_BAD[option]), err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_abbreviated_option_is_refused_with_its_full_name():
+    """argparse would read `--shot` as `--shots`; every command takes option names exactly, as fit does."""
+    from vit_lightning.core.parser import CommandParser
+    parser = CommandParser(prog="vit-ablate eval")
+    parser.add_argument("--shots", type=int)
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args(["--shot", "3"])
+    assert stop.value.code == 2
+    assert parser.parse_args(["--shots", "3"]).shots == 3

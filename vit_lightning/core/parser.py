@@ -12,6 +12,10 @@ class CommandParser(argparse.ArgumentParser):
     """argparse whose errors are one line, `vit-ablate CMD: error: PROBLEM`, without the usage block (--help has it);
     an unknown option is answered with the nearest option names, an invalid value with the valid choices."""
 
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # option names are exact, as in fit: `--shot` is not `--shots`
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         # argparse's own text names the option and, for a choice, the valid choices; only the usage block goes
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
