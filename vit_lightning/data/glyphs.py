@@ -49,7 +49,7 @@ def stamp(kind: str, k: int) -> np.ndarray:
     return masks[kind]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mask(kind: str, k: int) -> np.ndarray:
     """stamp(kind, k), made once and read-only: every image draws from the same dozen masks."""
     mask = stamp(kind, k)
