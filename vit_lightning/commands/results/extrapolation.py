@@ -84,13 +84,13 @@ def normalised_entropy(entropy: float, tokens: float) -> float:
 
 
 def fall_with_drift(acc: tuple[float, float], entropy: tuple[float, float]) -> str:
-    """'holds', 'falls with entropy drift' or 'falls without entropy drift' (or, without read-outs, that it cannot
-    tell), from (trained, largest) accuracy and normalised entropy: a fall of more than FALL, a drift of more than
-    DRIFT either way."""
+    """'holds', 'falls with entropy drift' or 'falls without entropy drift' (without read-outs 'falls': drift_line
+    says once that it cannot tell), from (trained, largest) accuracy and normalised entropy: a fall of more than FALL,
+    a drift of more than DRIFT either way."""
     if acc[0] - acc[1] <= FALL:
         return "holds"
     if any(math.isnan(e) for e in entropy):
-        return "falls (no attention read-outs to tell entropy drift)"
+        return "falls"
     return "falls with entropy drift" if abs(entropy[1] - entropy[0]) > DRIFT else "falls without entropy drift"
 
 
@@ -110,7 +110,9 @@ def drift_line(data: Data) -> str:
         drift = "" if math.isnan(ent[0]) else f", entropy {ent[0]:.2f} -> {ent[1]:.2f} of uniform"
         parts.append(f"{curve_name(data, cell, rules, keys)} {verdict} ({acc[0]:.3f} -> {acc[1]:.3f} at "
                      f"{last:.3g}x{drift})")
-    return ("larger canvases (content at its own scale): " + "; ".join(parts)) if parts else ""
+    unread = " (no attention read-outs: whether a fall coincides with entropy drift cannot be told)" if any(
+        part.split(" (")[0].endswith(" falls") for part in parts) else ""
+    return ("larger canvases (content at its own scale): " + "; ".join(parts) + unread) if parts else ""
 
 
 def _panel_title(data: Data, value) -> str:
