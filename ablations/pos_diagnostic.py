@@ -75,17 +75,23 @@ POOL, PAD = "model.pooling", "model.peg_padding"
 TASKS_EPOCHS = 8
 # Projected time, counted and measured: 240 runs (48 cells x 5 seeds) x 8 epochs of 3,200 fresh images + 800
 # validation; 1,299 evaluations (the 144 runs of seeds 0-2 at 6 canvases, 435 more for the RoPE and kept-table rules at
-# the 5 larger ones). Per core (one thread, CPU time, on 2 cores shared with other work): training 440 images/s
-# (rope_mixed at 36 px, 40 batches of 32, fresh images drawn; the pilot's idle core: 684 for learned_1d); one
-# evaluation at 168 px 26 s (800 images at 785 tokens, 16 read-out images, 5 s of it the process start, which the
-# sweep's worker saves), at 36 px 7 s. Scaled per canvas by the forward's cost (linear in tokens, attention squared):
-# 41 s of evaluations per run of seeds 0-2, 39 s per extra rule. On 2 idle cores (684 images/s): training 84 min,
-# evaluations 50 min, about 2 h 15 min in all (3 h 30 min at the shared cores' rate). Over the 60-90 min aimed at:
-# trimmed so far, 8 epochs (not 10), the controls off position_free (15 runs), canvases on 3 of the 5 seeds (the
-# curves are described, not tested); what is left would cost a requirement: 3 training seeds (-34 min) or no 168 px
-# canvas (-26 min).
-TASKS_PROJECTED = ("about 2 h 15 min on 2 idle cores: 240 runs x 8 epochs (84 min at 684 images/s per core) and "
-                   "1,299 evaluations on seeds 0-2 (50 min); ablations/pos_diagnostic.py says how it was measured")
+# the 5 larger ones). Where the time goes (cProfile, one thread a process): training is the step itself (backward,
+# linear, attention: 90%); drawing the fresh images now 25,000 (absolute) to 12,000 (position_free) images/s per core,
+# 2-2.5x the first renderer (the same images: tests/test_glyphs.py), and a fresh set draws only its 800 validation
+# images (it drew all 4,000 before, in every run and every evaluation). An evaluation is the 800-image forward at the
+# larger canvases (attention is quadratic in tokens): rope_mixed, the costliest, 0.5 / 0.8 / 1.4 / 3.4 / 9.8 / 22.6 s
+# at 36 / 48 / 60 / 84 / 120 / 168 px in the sweep's forked worker, 38.5 s a run, 37.9 s per extra rule; at 168 px the
+# read-outs of 16 images are 2.8 s and the accuracy 21.7 s. Measured per core on 2 cores shared with another process
+# (load 2.5-3): learned_1d trains 492 images/s there against the pilot's 684 on an idle core, a 0.72 ratio applied to
+# the evaluations. On 2 idle cores: training 81 min (about 705 images/s per core), evaluations 53 min (each at
+# rope_mixed's cost, an upper bound), about 2 h 15 min in all (3 h 5 min at the shared cores' rate). Over the 60-90 min
+# aimed at: trimmed so far, 8 epochs (not 10), the controls off position_free (15 runs), canvases on 3 of the 5 seeds
+# (the curves are described, not tested), no few-shot and no shuffle in the evaluations (the 36 px shuffle drop is
+# fit's). No further evaluation option reaches 90 min: read-outs on 8 images save about 3 min, the accuracy at 120 and
+# 168 px on 400 of the 800 images about 19 min at twice the variance; training alone is 81 min. What is left would
+# cost a requirement: 3 training seeds (-32 min) or no 168 px canvas (-31 min).
+TASKS_PROJECTED = ("about 2 h 15 min on 2 idle cores: 240 runs x 8 epochs (81 min at about 705 images/s per core) "
+                   "and 1,299 evaluations on seeds 0-2 (53 min); ablations/pos_diagnostic.py says how it was measured")
 TASKS_FIXED = {**DEMO, "data.glyph_version": 2, "data.fresh": True, "trainer.max_epochs": TASKS_EPOCHS}
 TASKS_GRIDS = (
     {ENC: ENCODINGS + SINCE_COMMITTED, TASK: TASKS, POOL: ["cls"], PAD: ["zeros"]},

@@ -35,7 +35,7 @@ def test_a_fall_is_told_apart_by_whether_entropy_drifted():
     assert fall_with_drift((0.9, 0.88), (0.5, 0.9)) == "holds"
     assert fall_with_drift((0.9, 0.5), (0.50, 0.52)) == "falls without entropy drift"
     assert fall_with_drift((0.9, 0.5), (0.50, 0.70)) == "falls with entropy drift"
-    assert fall_with_drift((0.9, 0.5), (math.nan, math.nan)) == "falls (no attention read-outs to tell entropy drift)"
+    assert fall_with_drift((0.9, 0.5), (math.nan, math.nan)) == "falls"
 
 
 def test_the_table_draws_the_curves_and_says_which_fall_drifted(tmp_path):
@@ -54,9 +54,10 @@ def test_the_table_draws_the_curves_and_says_which_fall_drifted(tmp_path):
             path.write_text(json.dumps(record))
     out, md = table(ab, tmp_path)
     # learned_1d: 2.0 / log 37 = 0.55 of uniform at 1x, 5.5 / log 785 = 0.83 at 4.67x
-    assert "learned_1d falls with entropy drift (0.850 -> 0.405 at 4.67x, entropy 0.55 -> 0.83 of uniform)" in md
-    assert "none holds (0.850 -> 0.845 at 4.67x" in md
-    assert "learned_1d (keep) holds (0.850 -> 0.800 at 4.67x, entropy 0.55 -> 0.32 of uniform)" in md
+    assert "trained -> 4.67x): " in md
+    assert "falls with entropy drift: learned_1d (0.850 -> 0.405, entropy 0.55 -> 0.83 of uniform)" in md
+    assert "holds: none (0.850 -> 0.845" in md
+    assert "learned_1d (keep) (0.850 -> 0.800, entropy 0.55 -> 0.32 of uniform)" in md
     assert (out / "extrapolation.png").stat().st_size > 0 and (out / "attention_readouts.png").stat().st_size > 0
 
 
@@ -73,3 +74,15 @@ def test_the_absolute_tasks_canvas_columns_say_the_quadrants_scale(tmp_path):
     _, md = table(ab, tmp_path)
     view = md.split("evaluated at other image sizes (columns, px) without fine-tuning")[1]
     assert md_cells(view, "cell") == ["cell", "36 px", "168 px (tokens; quadrants scale with the canvas)"]
+
+
+def test_a_fall_without_read_outs_is_said_once_for_the_panel(monkeypatch):
+    from vit_lightning.commands.results import extrapolation
+
+    curves = {(cell, ""): {1.0: {"acc": [0.9]}, 2.0: {"acc": [acc]}} for cell, acc in ((0, 0.4), (1, 0.3), (2, 0.88))}
+    monkeypatch.setattr(extrapolation, "cell_curves", lambda data: curves)
+    monkeypatch.setattr(extrapolation, "curve_name", lambda data, cell, rules, keys: f"c{cell}")
+    data = type("D", (), {"profile": type("P", (), {"axes": ()})(), "ablation": type("A", (), {"panel": None})()})()
+    line = extrapolation.drift_line(data)
+    assert line.count("no attention read-outs") == 1 and "falls: c0 (0.900 -> 0.400), c1 (0.900 -> 0.300)" in line
+    assert "holds: c2 (0.900 -> 0.880)" in line and "trained -> 2x" in line

@@ -267,3 +267,18 @@ def test_fresh_and_glyph_version_belong_to_the_glyphs(options, words):
     with pytest.raises(ValueError) as err:
         ImageDataModule(**options)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_drawn_sets_are_each_image_rendered_and_enlarged_pixel_by_pixel(version):
+    for task in TASKS:
+        for size, scale in ((36, 1), (48, 2)):
+            x, y = render_set(4, 12, size, task, scale, version, start=30)
+            for i in range(12):  # the reference: render's floats, each pixel repeated scale x scale, then to uint8
+                image, label, _ = render(4, 30 + i, size // scale, task, version)
+                big = np.repeat(np.repeat(image, scale, axis=0), scale, axis=1)
+                assert np.array_equal(x[i, 0].numpy(), np.round(big * 255).astype(np.uint8)) and y[i] == label
+    # a fresh module draws only its validation images: the same ones as the module that draws all 4,000 and splits
+    fixed, fresh = (ImageDataModule("glyphs", task="relative", glyph_version=version, fresh=f) for f in (False, True))
+    fixed.setup(), fresh.setup()
+    assert torch.equal(fresh.val_set.images, fixed.val_set.images) and len(fresh.val_set.images) == 800

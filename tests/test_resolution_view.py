@@ -75,7 +75,7 @@ def test_the_grid_table_shows_each_cell_at_every_evaluated_size(tmp_path):
                 del record["eval"]["mnist5k@56px"]  # a run not evaluated there: that cell's n says so
             path.write_text(json.dumps(record))
     _, md = table(ab, tmp_path)
-    assert "each cell evaluated at other image sizes without fine-tuning" in md
+    assert "Each cell evaluated at other image sizes (columns, px) without fine-tuning" in md  # its caption
     view = md.split("evaluated at other image sizes (columns, px) without fine-tuning")[1]
     assert md_cells(view, "cell") == ["cell", "21 px (both)", "28 px", "56 px (both)"]  # keys of before: resized
     assert md_cells(view, "none") == ["none", "0.6000 ± 0.0000 (n=2)", "**0.8500 ± 0.0000 (n=2)**", "0.2000 (n=1)"]

@@ -695,13 +695,14 @@ def test_the_shuffle_drop_tells_an_ignored_encoding_from_one_that_does_not_help(
     used = holm([welch_p(drops[e], drops["none"]) for e in ("learned_1d", "relative_1d", "learned_2d")])
     assert used[0] < 0.05 and used[1] >= 0.05 and used[2] < 0.05  # so the data give each kind one cell
     gain = holm([welch_p(accs[e], accs["none"]) for e in ("learned_1d", "relative_1d", "learned_2d")])[2]
-    assert ("position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted, "
-            "both top-1s of the final weights; the accuracy column is the best epoch's (val/acc_best), the final "
-            "epoch in 0 of 12 runs, elsewhere at most 0.0100 above the final weights' (val/acc); none/stem +0.0000), "
-            "each cell's drop against none/stem's (Welch, Holm): the encoding is used and helps: learned_1d/stem "
-            "(+0.2100); used; gain not shown (Holm p of its accuracy against none/stem's; no proof that it does not "
-            f"help): learned_2d/stem (+0.1100; Holm p {fmt_p(gain)}); use not shown (drop within seed noise of "
-            f"none/stem's; Holm p of the drops): relative_1d/stem (+0.0010; Holm p {fmt_p(used[1])})") in md
+    assert ("position use (both top-1s of the final weights; the accuracy column is the best epoch's (val/acc_best), "
+            "the final epoch in 0 of 12 runs, elsewhere at most 0.0100 above the final weights' (val/acc); "
+            "none/stem's drop +0.0000): the encoding is used and helps: learned_1d/stem (+0.2100); used; gain not "
+            "shown (Holm p of its accuracy against none/stem's; no proof that it does not help): learned_2d/stem "
+            f"(+0.1100; Holm p {fmt_p(gain)}); use not shown (Holm p of the drops): relative_1d/stem (+0.0010; Holm p "
+            f"{fmt_p(used[1])})") in md
+    assert ("position use: each cell's shuffle drop (top-1 lost when each validation image's patches are permuted) "
+            "against the baseline's (Welch, Holm); 'use not shown': the drop within seed noise") in md  # once
     grid = md[md.index("## Verdicts"):md.index("- **Source")]  # the same verdicts, one cell a row
     assert md_cells(grid, "relative_1d/stem")[-1] == f"use not shown (Holm p {fmt_p(used[1])})"
     assert md_cells(grid, "learned_2d/stem")[-1] == "used, gain not shown" and "ignored" not in grid

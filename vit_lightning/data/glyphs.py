@@ -24,6 +24,7 @@ offsets every time a training image is read, fixed ones (from the seed and the i
 from __future__ import annotations
 
 import copy
+import functools
 
 import numpy as np
 import torch
@@ -48,9 +49,17 @@ def stamp(kind: str, k: int) -> np.ndarray:
     return masks[kind]
 
 
+@functools.cache
+def _mask(kind: str, k: int) -> np.ndarray:
+    """stamp(kind, k), made once and read-only: every image draws from the same dozen masks."""
+    mask = stamp(kind, k)
+    mask.flags.writeable = False
+    return mask
+
+
 def _draw(canvas: np.ndarray, kind: str, k: int, top: int, left: int, level: float) -> None:
     window = canvas[top:top + k, left:left + k]
-    np.maximum(window, np.where(stamp(kind, k), level, 0.0), out=window)
+    np.maximum(window, np.where(_mask(kind, k), level, 0.0), out=window)
 
 
 def _stroke(canvas: np.ndarray, rng: np.random.Generator) -> None:
@@ -171,16 +180,25 @@ def render_set(seed: int, count: int, size: int, task: str, scale: int = 1, vers
                start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Images start..start+count-1 as uint8 (count, 1, size, size) and their int64 (count,) labels; scale > 1 draws
     each at size / scale and enlarges every pixel to scale x scale (glyphs and noise alike)."""
-    images = np.empty((count, 1, size, size), np.uint8)
-    for i in range(count):
-        images[i, 0] = draw_scaled(seed, start + i, size, task, scale, version)
-    return torch.from_numpy(images), (torch.arange(count, dtype=torch.int64) + start) % 4
+    indices = torch.arange(count, dtype=torch.int64) + start
+    return render_indices(seed, indices, size, task, scale, version), indices % 4
+
+
+def render_indices(seed: int, indices: torch.Tensor, size: int, task: str, scale: int = 1,
+                   version: int = 1) -> torch.Tensor:
+    """The images of `indices` as uint8 (len, 1, size, size): each one the same as render_set draws it."""
+    images = np.empty((len(indices), 1, size, size), np.uint8)
+    for i, index in enumerate(indices.tolist()):
+        images[i, 0] = draw_scaled(seed, index, size, task, scale, version)
+    return torch.from_numpy(images)
 
 
 def draw_scaled(seed: int, index: int, size: int, task: str, scale: int, version: int) -> np.ndarray:
     """Image `index` as uint8 (size, size), drawn at size / scale and each pixel enlarged to scale x scale."""
     image = render(seed, index, size // scale, task, version)[0]
-    return np.round(np.kron(image, np.ones((scale, scale))) * 255).astype(np.uint8)
+    if scale > 1:  # at scale 1 the enlargement is the image itself: skipped
+        image = np.kron(image, np.ones((scale, scale)))
+    return np.round(image * 255).astype(np.uint8)
 
 
 class Glyphs(Source):
@@ -193,11 +211,13 @@ class Glyphs(Source):
     size = 4000  # images per (seed, task): 3,200 train and 800 val at the default val_split
 
     def load(self, train_tf=None, val_tf=None):
-        x, y = render_set(self.split_seed, self.size, self.canvas, self.task, self.glyph_scale, self.glyph_version)
+        y = torch.arange(self.size, dtype=torch.int64) % 4  # an image's label is its index mod 4: split before drawing
         tr, va = stratified_split(y, self.val_split, self.split_seed)
-        if self.fresh:  # validation: the same fixed images; training: new ones every epoch, as many
-            train = Fresh(self.split_seed, len(tr), self.canvas, self.task, self.glyph_scale, self.glyph_version)
-            return train, (x[va], y[va])
+        draw = (self.canvas, self.task, self.glyph_scale, self.glyph_version)
+        if self.fresh:  # validation: the same fixed images (only they are drawn); training: new ones every epoch
+            train = Fresh(self.split_seed, len(tr), *draw)
+            return train, (render_indices(self.split_seed, va, *draw), y[va])
+        x = render_set(self.split_seed, self.size, *draw)[0]
         return (x[tr], y[tr]), (x[va], y[va])
 
 

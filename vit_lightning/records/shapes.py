@@ -296,6 +296,6 @@ def shortfall(groups: dict[str, list[tuple[str, Comparison]]], reference: str) -
         parts.append(f"below {reference} by more than seed noise: {listing(lower)}")
     if unclear := groups.get("not shown"):
         seeds = min(c.n for _, c in unclear)
-        parts.append(f"not shown for {listing(unclear)}: the difference from {reference} does not stand out "
-                     f"from seed noise with {seeds} seed{'s' if seeds > 1 else ''} per cell")
+        parts.append(f"not shown for {listing(unclear)}: within seed noise of {reference} at {seeds} "
+                     f"seed{'s' if seeds > 1 else ''} per cell")
     return "; ".join(parts)

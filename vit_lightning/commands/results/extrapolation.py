@@ -84,13 +84,13 @@ def normalised_entropy(entropy: float, tokens: float) -> float:
 
 
 def fall_with_drift(acc: tuple[float, float], entropy: tuple[float, float]) -> str:
-    """'holds', 'falls with entropy drift' or 'falls without entropy drift' (or, without read-outs, that it cannot
-    tell), from (trained, largest) accuracy and normalised entropy: a fall of more than FALL, a drift of more than
-    DRIFT either way."""
+    """'holds', 'falls with entropy drift' or 'falls without entropy drift' (without read-outs 'falls': drift_line
+    says once that it cannot tell), from (trained, largest) accuracy and normalised entropy: a fall of more than FALL,
+    a drift of more than DRIFT either way."""
     if acc[0] - acc[1] <= FALL:
         return "holds"
     if any(math.isnan(e) for e in entropy):
-        return "falls (no attention read-outs to tell entropy drift)"
+        return "falls"
     return "falls with entropy drift" if abs(entropy[1] - entropy[0]) > DRIFT else "falls without entropy drift"
 
 
@@ -98,7 +98,7 @@ def drift_line(data: Data) -> str:
     """One sentence: per cell with canvases, whether it holds or falls by the largest factor and whether the fall
     coincides with entropy drift; '' without canvas evaluations."""
     keys = [k for k in data.profile.axes if k != data.ablation.panel]
-    parts = []
+    found = []  # (verdict, name, accuracies, largest factor, drift)
     for (cell, rules), curve in sorted(cell_curves(data).items()):
         factors = sorted(curve)
         last = factors[-1]
@@ -106,11 +106,18 @@ def drift_line(data: Data) -> str:
         read = [f for f in factors if "entropy" in curve[f] and "tokens" in curve[f]]
         ent = (tuple(float(np.mean([normalised_entropy(e, t) for e, t in zip(curve[f]["entropy"], curve[f]["tokens"])]))
                      for f in (read[0], read[-1])) if len(read) > 1 else (math.nan, math.nan))
-        verdict = fall_with_drift(acc, ent)
         drift = "" if math.isnan(ent[0]) else f", entropy {ent[0]:.2f} -> {ent[1]:.2f} of uniform"
-        parts.append(f"{curve_name(data, cell, rules, keys)} {verdict} ({acc[0]:.3f} -> {acc[1]:.3f} at "
-                     f"{last:.3g}x{drift})")
-    return ("larger canvases (content at its own scale): " + "; ".join(parts)) if parts else ""
+        found.append((fall_with_drift(acc, ent), curve_name(data, cell, rules, keys), acc, last, drift))
+    if not found:
+        return ""
+    one = len({last for *_, last, _ in found}) == 1  # one largest factor: said once, not per cell
+    parts = [f"{verdict}: " + ", ".join(f"{name} ({acc[0]:.3f} -> {acc[1]:.3f}{'' if one else f' at {last:.3g}x'}{drift})"
+                                         for v, name, acc, last, drift in found if v == verdict)
+             for verdict in dict.fromkeys(v for v, *_ in found)]
+    unread = " (no attention read-outs: whether a fall coincides with entropy drift cannot be told)" if any(
+        v == "falls" for v, *_ in found) else ""
+    head = f"larger canvases (content at its own scale{f'; trained -> {found[0][3]:.3g}x' if one else ''}): "
+    return head + "; ".join(parts) + unread
 
 
 def _panel_title(data: Data, value) -> str:

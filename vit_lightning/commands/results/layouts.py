@@ -79,10 +79,11 @@ def _equivalence(data: Data, ref: str, family: dict) -> str | None:
         return None
     alike = [name for name, c in tested if c.equivalent]
     text = f"equivalent to {ref} within ±{margin:g} (TOST, Holm): " + (join(alike) if alike else "no cell")
-    if unshown := [(name, c) for name, c in tested if not c.equivalent]:
-        text += ("; not shown equivalent: " + ", ".join(
-            f"{name} (Δ {c.diff:+.4f}, {'outside the margin' if abs(c.diff) >= margin else 'too much seed noise'}, "
-            f"Holm p={fmt_p(c.equiv)})" for name, c in unshown))
+    unshown = [(name, c) for name, c in tested if not c.equivalent]
+    for why, cells in (("outside the margin", [(n, c) for n, c in unshown if abs(c.diff) >= margin]),
+                       ("too much seed noise", [(n, c) for n, c in unshown if abs(c.diff) < margin])):
+        if cells:  # the reason once; each cell's Δ and Holm p stand in the comparison table below
+            text += f"; not shown equivalent, {why}: {', '.join(name for name, _ in cells)}"
     return text
 
 
@@ -233,7 +234,6 @@ def _position_use(data: Data, use: tuple | None) -> str | None:
     groups, used, accuracy, base_drop = use
     names = _names(data)
     ref = names[_baseline(data)]
-    others = sorted(i for cells in groups.values() for i in cells)
     drop = lambda i: f"{names[i]} ({used[i].diff + base_drop:+.4f}"  # noqa: E731
     text = {  # each cell's drop, and what its verdict rests on
         "helps": lambda i: f"{drop(i)})",
@@ -248,16 +248,24 @@ def _position_use(data: Data, use: tuple | None) -> str | None:
                       ("no gain", f"used; gain not shown (Holm p of its accuracy against {ref}'s; no proof that it "
                                   "does not help)"),
                       ("lower", f"used; accuracy below {ref}'s (Holm p of its accuracy against {ref}'s)"),
-                      ("unshown", f"use not shown (drop within seed noise of {ref}'s; Holm p of the drops)"),
-                      ("ignored", f"ignored{at}: its distance bias spans few logits at this grid (drop within seed "
-                                  f"noise of {ref}'s, accuracy not above it)"),
+                      ("unshown", "use not shown (Holm p of the drops)"),
+                      ("ignored", f"ignored{at}"),
                       ("untested", "no test (n<2)")):
         if key in groups:
             parts.append(f"{what}: {', '.join(map(text[key], groups[key]))}")
-    caveats = position_use.caveats(data, others, names)
-    return (f"position use, from the shuffle drop (top-1 lost when each validation image's patches are permuted, "
-            f"{position_use.weights_note(data)}; {ref} {base_drop:+.4f}), each cell's drop against {ref}'s (Welch, "
-            f"Holm): " + "; ".join(parts) + (f"; what else a shuffle changes: {'; '.join(caveats)}" if caveats else ""))
+    return (f"position use ({position_use.weights_note(data)}; {ref}'s drop {base_drop:+.4f}): " + "; ".join(parts))
+
+
+def _use_tests(data: Data, use: tuple) -> str:
+    """How position use is read, the same for every panel: for the Tests line, with what else a shuffle changes."""
+    groups = use[0]
+    others = sorted(i for cells in groups.values() for i in cells)
+    caveats = position_use.caveats(data, others, _names(data))
+    return ("position use: each cell's shuffle drop (top-1 lost when each validation image's patches are permuted) "
+            "against the baseline's (Welch, Holm); 'use not shown': the drop within seed noise of the baseline's; "
+            "'ignored at an NxN grid': a distance bias that spans few logits at that grid, the drop within seed noise "
+            "of the baseline's and the accuracy not above it"
+            + (f"; what else a shuffle changes: {'; '.join(caveats)}" if caveats else ""))
 
 
 # ---- the layouts --------------------------------------------------------------------------------
@@ -348,9 +356,7 @@ def _grid_tests(data: Data, two_d: bool) -> tuple[list[Table], list[str], str]:
     seen += [text for name, fam in families if (text := _equivalence(data, name, fam))]
     if paired := pairs.pair_table(data, _names(data)):
         tables, seen = tables + [paired[0]], seen + [paired[1]]
-    if resized := resolution_tables(data, _names(data)):
-        tables += resized
-        seen.append("each cell evaluated at other image sizes without fine-tuning: the resolution view below")
+    tables += resolution_tables(data, _names(data))  # its caption says what it is: no sentence points to it
     if drift := extrapolation.drift_line(data):
         seen.append(drift)
     if data.other is not None:
@@ -358,10 +364,13 @@ def _grid_tests(data: Data, two_d: bool) -> tuple[list[Table], list[str], str]:
         tables, seen = tables + [table], seen + [text]
     if artifacts := _artifacts(data):
         seen.append(artifacts)
-    if use := _position_use(data, _use_groups(data)):
+    groups = _use_groups(data)
+    if use := _position_use(data, groups):
         seen.append(use)
     if ab.equivalence_margin > 0 and tests.startswith("Welch"):
         tests += "; " + EQUIVALENCE.format(margin=ab.equivalence_margin)
+    if use and tests.startswith("Welch"):
+        tests += "; " + _use_tests(data, groups)
     return tables, seen, tests
 
 
