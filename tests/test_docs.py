@@ -97,8 +97,22 @@ RESULTS_LIKE = re.compile(r"(?<![\w.])\d+\.\d{3,}(?!\w)|± ?\d")  # an accuracy,
 
 
 def committed_tables() -> dict[str, str]:
-    """Every committed results table's text by its path from the repository root."""
-    return {str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "results").rglob("table.md"))}
+    """Every committed results table's text by its path from the repository root: the file's, and where a user's own
+    draw has replaced it (the README's main job with `--replace`) the text committed at HEAD too, which the pages
+    quote."""
+    return {str(p.relative_to(ROOT)): p.read_text() + at_head(p) for p in sorted((ROOT / "results").rglob("table.md"))}
+
+
+def at_head(path: Path) -> str:
+    """The text of `path` at git's HEAD where the file differs from it, else '' (and outside a git checkout)."""
+    name = str(path.relative_to(ROOT))
+    try:
+        if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", name], cwd=ROOT).returncode != 1:
+            return ""
+        return "\n" + subprocess.run(["git", "show", f"HEAD:{name}"], cwd=ROOT, capture_output=True, text=True,
+                                     check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return ""
 
 
 def paragraphs(text: str) -> list[tuple[str | None, str]]:

@@ -31,7 +31,7 @@ def job_line(capsys, *extra: str) -> str:
 
 def test_every_option_is_either_passed_to_the_job_or_named_as_not_the_jobs():
     options = {o for action in cli.parser()._actions for o in action.option_strings if o.startswith("--") or o == "-h"}
-    covered = {flag[0] for flag, _ in CHANGES}
+    covered = {flag[0] for flag, _ in CHANGES} | {"--extend-edges"}  # checked on its own below
     assert options - covered - {"--help"} == NOT_THE_JOBS
 
 
@@ -67,3 +67,13 @@ def test_a_damaged_journal_is_refused_for_the_job_without_repair_and_rebuilt_by_
     out, err = capsys.readouterr()
     assert "journal damaged" in out and "--repair without --dry-run rebuilds it" in err
     assert search.journal.read_text() == '{"proposals": [{"id": "lr'  # nothing written
+
+
+def test_extend_edges_reaches_the_job(capsys, monkeypatch):
+    """--extend-edges (which cells of a selection stage the job trains) is in the job's command; the edges are read
+    from the stage's records, here as if every config were an edge cell's extension."""
+    from vit_lightning.commands.sweep import select
+
+    monkeypatch.setattr(select, "extend_edges", lambda configs, directory: (configs, ["a cell: lr 0.8 added"]))
+    assert " --extend-edges" in job_line(capsys, "--extend-edges")
+    assert " --extend-edges" not in job_line(capsys)
