@@ -184,12 +184,12 @@ def test_a_bad_rule_on_fits_command_line_is_one_line_before_anything_is_written(
 @pytest.mark.slow  # trains
 def test_a_real_sweep_stops_the_trials_the_rule_says_and_its_table_lists_them(tmp_path, monkeypatch):
     """lr 2e-3 learns, lr 1e-7 does not: run second, the latter falls below the first at bracket 1 and stops."""
-    from tests.tiny import TINY_MODEL
+    from tests.tiny import tiny_settings
     from vit_lightning.commands.results import cli as table_cli
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    fixed = {**{a[2:].split("=")[0]: yaml.safe_load(a.split("=", 1)[1]) for a in TINY_MODEL},
+    fixed = {**tiny_settings(),
              "data.name": "mnist5k", "model.patch_size": 7, "model.pooling": "gap", "model.head": "linear",
              "trainer.max_epochs": 3, "trainer.limit_train_batches": 8, "trainer.limit_val_batches": 4,
              "trainer.devices": 1, "run.root": str(tmp_path / "runs"), "run.ablation": "cls_vs_gap",

@@ -217,11 +217,11 @@ def test_a_real_replicated_sweep_stops_a_points_seeds_together_and_confirms_the_
     and its seed 1 never starts; the learning point trains on to seed 2 without the rule."""
     import yaml
 
-    from tests.tiny import TINY_MODEL
+    from tests.tiny import tiny_settings
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    fixed = {**{a[2:].split("=")[0]: yaml.safe_load(a.split("=", 1)[1]) for a in TINY_MODEL},
+    fixed = {**tiny_settings(),
              "data.name": "mnist5k", "model.patch_size": 7, "model.pooling": "gap", "model.head": "linear",
              "trainer.max_epochs": 2, "trainer.limit_train_batches": 8, "trainer.limit_val_batches": 4,
              "trainer.devices": 1, "run.root": str(tmp_path / "runs"), "run.ablation": "cls_vs_gap",

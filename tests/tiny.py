@@ -9,6 +9,13 @@ TINY_MODEL = ["--model.width=32", "--model.depth=1", "--model.heads=2", "--model
               "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu"]
 
 
+def tiny_settings() -> dict:
+    """TINY_MODEL as a sweep's fixed settings ({key: value}), each value read as the command line reads it."""
+    import yaml
+
+    return {arg[2:].split("=")[0]: yaml.safe_load(arg.split("=", 1)[1]) for arg in TINY_MODEL}
+
+
 def steps_logged(run_dir: Path) -> list[int]:
     """The training steps metrics.csv holds a train/loss_step row for, in file order."""
     path = run_dir / "metrics.csv"
